@@ -1,0 +1,82 @@
+# The course's commands. Everything is CMake + ctest underneath; this file only wraps them.
+#
+#   make deps                  install the system packages (Debian/Ubuntu; sudo when not root)
+#   make run [LESSON=NN]       build, then run every lesson binary in order (or lesson NN)
+#   make test                  build, then run the whole test suite (ctest)
+#   make check LESSON=NN       build and run lesson NN's tests against YOUR exercise.cu
+#   make bench [LESSON=NN]     run the benchmarks; JSON goes to build/bench/
+#   make sanitize [LESSON=NN]  run the GPU tests under compute-sanitizer
+#   make clean                 remove the build folder
+#
+# Variables: BUILD (build folder, default build), CMAKE_ARGS (e.g. -DCMAKE_CUDA_ARCHITECTURES=86),
+# JOBS (parallel build jobs; default: all cores).
+
+BUILD      ?= build
+CMAKE_ARGS ?=
+JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
+LESSON     ?=
+GENERATOR  := $(if $(shell command -v ninja 2>/dev/null),-G Ninja,)
+CTEST      := ctest --test-dir $(BUILD) --output-on-failure
+
+# Debian 12 / Ubuntu 22.04+ package names. The CUDA toolkit and the NVIDIA driver are assumed
+# to be installed already (https://developer.nvidia.com/cuda-downloads).
+PACKAGES := build-essential cmake ninja-build catch2 libopencv-dev libbenchmark-dev python3
+SUDO     := $(if $(filter 0,$(shell id -u)),,sudo)
+
+.PHONY: all deps configure build run test check bench sanitize clean
+
+all: build
+
+deps:
+	$(SUDO) apt-get update
+	DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y --no-install-recommends $(PACKAGES)
+
+$(BUILD)/CMakeCache.txt:
+	cmake -S . -B $(BUILD) $(GENERATOR) -DCMAKE_BUILD_TYPE=Release $(CMAKE_ARGS)
+
+configure: $(BUILD)/CMakeCache.txt
+
+build: configure
+	cmake --build $(BUILD) -j $(JOBS)
+
+# Lesson binaries, in order: build/lessons/NN-name/lessonNN
+LESSON_DIRS = $(sort $(wildcard lessons/[0-9][0-9]-*))
+SELECTED    = $(if $(LESSON),$(filter lessons/$(LESSON)-%,$(LESSON_DIRS)),$(LESSON_DIRS))
+
+run: build
+	@test -n "$(SELECTED)" || { echo "no lesson matches LESSON=$(LESSON)"; exit 2; }
+	@set -e; for d in $(SELECTED); do \
+	  n=$$(basename $$d | cut -c1-2); \
+	  echo "==================== $$(basename $$d) ===================="; \
+	  $(BUILD)/$$d/lesson$$n; \
+	done
+
+test: build
+	$(CTEST)
+
+check: configure
+	@test -n "$(LESSON)" || { echo "usage: make check LESSON=NN (e.g. LESSON=01)"; exit 2; }
+	@test -n "$(SELECTED)" || { echo "no lesson matches LESSON=$(LESSON)"; exit 2; }
+	cmake --build $(BUILD) -j $(JOBS) --target lesson$(LESSON)_exercise_tests
+	$(BUILD)/$(SELECTED)/lesson$(LESSON)_exercise_tests
+
+bench: build
+	@mkdir -p $(BUILD)/bench
+	@set -e; found=0; for d in $(SELECTED); do \
+	  n=$$(basename $$d | cut -c1-2); b=$(BUILD)/$$d/lesson$${n}_bench; \
+	  [ -x $$b ] || continue; found=1; \
+	  echo "==================== $$(basename $$d) benchmark ===================="; \
+	  $$b --benchmark_out=$(BUILD)/bench/lesson$$n.json --benchmark_out_format=json; \
+	done; [ $$found = 1 ] || echo "no benchmarks built (is libbenchmark-dev installed?)"
+
+# memcheck on every GPU test; racecheck too (it only reports on kernels using shared memory).
+sanitize: build
+	@set -e; for tool in memcheck racecheck; do \
+	  for t in $(BUILD)/tests/common_tests $(foreach d,$(SELECTED),$(BUILD)/$(d)/lesson$(shell basename $(d) | cut -c1-2)_tests); do \
+	    echo "==================== compute-sanitizer --tool $$tool $$t ===================="; \
+	    compute-sanitizer --tool $$tool --error-exitcode 1 $$t --require-gpu "[gpu]"; \
+	  done; \
+	done
+
+clean:
+	rm -rf $(BUILD)

@@ -1,0 +1,84 @@
+# add_lesson(): the lesson contract (../DESIGN.md) as one CMake call, made in lessons/NN-name/.
+#
+#   add_lesson(
+#     SOURCES       reduction.cu            # the lesson's code: kernels + launchers (+ solutions)
+#     TESTS         test_reduction.cpp      # Catch2 tests; GPU tests carry the tag [gpu]
+#     EXERCISES     ex1 ex2 ex3             # tags: tests of exercise K carry [exK]
+#     GPU_EXERCISES ex2 ex3                 # those whose tests need a GPU to reach the stub
+#     LIBS          CUDA::cublas            # extra libraries for the lesson's code
+#     BENCH         bench_reduction.cu)     # optional Google Benchmark executable
+#
+# Targets (NN = the folder's number):
+#   lessonNN                 main.cu: the lesson binary (make run)
+#   lessonNN_tests           the tests against the lesson's code
+#   lessonNN_exercise_tests  the same tests against exercise.cu (make check LESSON=NN); the
+#                            lesson's code is compiled again with LESSON_EXERCISE_BUILD defined,
+#                            which compiles out its block of exercise solutions
+#   lessonNN_bench           the benchmark (make bench), when BENCH is given
+# ctest tests (labels in brackets):
+#   NN/cpu                   CPU tests                                  [cpu]
+#   NN/gpu                   [gpu] tests; skipped (exit 77) with no GPU [gpu]
+#   NN/stubs-fail/exK        passes only if exercise K's tests FAIL on the stubs, proving the
+#                            tests can fail; GPU exercises are skipped with no GPU
+#                                                                       [exercise] (+[gpu])
+function(add_lesson)
+  cmake_parse_arguments(L "" "" "SOURCES;TESTS;EXERCISES;GPU_EXERCISES;LIBS;BENCH" ${ARGN})
+  get_filename_component(folder "${CMAKE_CURRENT_SOURCE_DIR}" NAME)
+  string(SUBSTRING "${folder}" 0 2 nn)
+  set(p lesson${nn})
+  foreach(ex IN LISTS L_GPU_EXERCISES)
+    if(NOT ex IN_LIST L_EXERCISES)
+      message(FATAL_ERROR "${folder}: GPU_EXERCISES names ${ex}, which EXERCISES does not list")
+    endif()
+  endforeach()
+
+  add_library(${p}_code STATIC ${L_SOURCES})
+  target_include_directories(${p}_code PUBLIC "${CMAKE_CURRENT_SOURCE_DIR}")
+  target_link_libraries(${p}_code PUBLIC course_common ${L_LIBS})
+
+  add_library(${p}_exercise_code STATIC ${L_SOURCES} exercise.cu)
+  target_include_directories(${p}_exercise_code PUBLIC "${CMAKE_CURRENT_SOURCE_DIR}")
+  target_compile_definitions(${p}_exercise_code PRIVATE LESSON_EXERCISE_BUILD)
+  target_link_libraries(${p}_exercise_code PUBLIC course_common ${L_LIBS})
+
+  add_executable(${p} main.cu)
+  target_link_libraries(${p} PRIVATE ${p}_code)
+
+  # The test sources are compiled once and linked twice: against the solutions and the stubs.
+  add_library(${p}_test_objects OBJECT ${L_TESTS})
+  target_link_libraries(${p}_test_objects PRIVATE ${p}_code course_test_main)
+  add_executable(${p}_tests $<TARGET_OBJECTS:${p}_test_objects>)
+  target_link_libraries(${p}_tests PRIVATE ${p}_code course_test_main)
+  add_executable(${p}_exercise_tests $<TARGET_OBJECTS:${p}_test_objects>)
+  target_link_libraries(${p}_exercise_tests PRIVATE ${p}_exercise_code course_test_main)
+
+  add_test(NAME ${nn}/cpu COMMAND ${p}_tests ${COURSE_CATCH2_NO_TESTS_OK} "~[gpu]")
+  set_tests_properties(${nn}/cpu PROPERTIES LABELS "cpu;${p}")
+  add_test(NAME ${nn}/gpu COMMAND ${p}_tests --require-gpu ${COURSE_CATCH2_NO_TESTS_OK} "[gpu]")
+  set_tests_properties(${nn}/gpu PROPERTIES LABELS "gpu;${p}" SKIP_RETURN_CODE 77)
+
+  foreach(ex IN LISTS L_EXERCISES)
+    set(require "")
+    set(labels "exercise;${p}")
+    if(ex IN_LIST L_GPU_EXERCISES)
+      set(require --require-gpu)
+      list(APPEND labels gpu)
+    endif()
+    add_test(NAME ${nn}/stubs-fail/${ex} COMMAND ${p}_exercise_tests ${require} "[${ex}]")
+    # Catch2 ends with "test cases: N | M failed" (v2 and v3): at least one must fail. A crash
+    # prints no summary, so it does not count as the stub failing properly.
+    set_tests_properties(${nn}/stubs-fail/${ex} PROPERTIES
+      PASS_REGULAR_EXPRESSION "test cases: [^\n]*[1-9][0-9]* failed"
+      SKIP_RETURN_CODE 77 LABELS "${labels}")
+  endforeach()
+
+  if(L_BENCH)
+    if(NOT benchmark_FOUND)
+      message(WARNING "${folder}: Google Benchmark not found (make deps installs libbenchmark-dev); "
+                      "skipping ${p}_bench")
+    else()
+      add_executable(${p}_bench ${L_BENCH})
+      target_link_libraries(${p}_bench PRIVATE ${p}_code course_bench)
+    endif()
+  endif()
+endfunction()

@@ -1,0 +1,109 @@
+// The main() of every test executable (Catch2 v2 or v3).
+//
+//   <exe> [catch2 args]                  run tests; with no GPU and no arguments, [gpu] is left out
+//   <exe> --require-gpu [catch2 args]    exit 77 (ctest's SKIP_RETURN_CODE) when no usable GPU
+//   <exe> --child-probe NAME             run one CHILD_PROBE in this fresh process and exit
+#if COURSE_CATCH2_MAJOR == 3
+#include <catch2/catch_session.hpp>
+#else
+#define CATCH_CONFIG_RUNNER
+#include <catch2/catch.hpp>
+#endif
+
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <stdexcept>
+#include <vector>
+
+#include "common/device.hpp"
+#include "common/process.hpp"
+#include "common/testing.hpp"
+
+namespace course::testing {
+
+namespace {
+std::map<std::string, ChildProbe>& registry() {
+  static std::map<std::string, ChildProbe> probes;
+  return probes;
+}
+}  // namespace
+
+bool register_child_probe(const char* name, ChildProbe probe) {
+  registry()[name] = probe;
+  return true;
+}
+
+ChildProbe find_child_probe(const std::string& name) {
+  const auto it = registry().find(name);
+  return it == registry().end() ? nullptr : it->second;
+}
+
+std::string ChildReport::value(const std::string& key) const {
+  const auto it = values.find(key);
+  if (it == values.end()) {
+    throw std::out_of_range("child probe reported no '" + key + "' (exit code " +
+                            std::to_string(exit_code) + "); its output:\n" + output);
+  }
+  return it->second;
+}
+
+ChildReport run_child_probe(const std::string& name, const std::vector<std::string>& env) {
+  const ProcessResult r = run_process({self_executable(), "--child-probe", name}, env);
+  ChildReport report;
+  report.exit_code = r.exit_code;
+  report.output = r.output;
+  std::istringstream lines(r.output);
+  for (std::string line; std::getline(lines, line);) {
+    const auto eq = line.find('=');
+    if (eq != std::string::npos && eq > 0 && line.find(' ') > eq) {
+      report.values[line.substr(0, eq)] = line.substr(eq + 1);
+    }
+  }
+  return report;
+}
+
+bool gpu_available() {
+  static const bool available = check_device_available().usable;
+  return available;
+}
+
+}  // namespace course::testing
+
+int main(int argc, char** argv) {
+  // A child probe runs before anything else, so it sees a process that has made no CUDA call.
+  if (argc == 3 && std::strcmp(argv[1], "--child-probe") == 0) {
+    const auto probe = course::testing::find_child_probe(argv[2]);
+    if (probe == nullptr) {
+      std::fprintf(stderr, "no child probe named '%s'\n", argv[2]);
+      return 2;
+    }
+    try {
+      return probe();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "child probe %s threw: %s\n", argv[2], e.what());
+      return 3;
+    }
+  }
+
+  std::vector<char*> args(argv, argv + argc);
+  bool require_gpu = false;
+  if (args.size() > 1 && std::strcmp(args[1], "--require-gpu") == 0) {
+    require_gpu = true;
+    args.erase(args.begin() + 1);
+  }
+  const course::DeviceAvailability device = course::check_device_available();
+  char exclude_gpu[] = "~[gpu]";
+  if (!device.usable) {
+    if (require_gpu) {
+      std::printf("SKIPPED: these tests need a GPU; %s\n", device.reason.c_str());
+      return 77;
+    }
+    if (args.size() == 1) {
+      std::printf("Note: %s\nRunning the CPU tests only (\"~[gpu]\").\n", device.reason.c_str());
+      args.push_back(exclude_gpu);
+    }
+  }
+  Catch::Session session;
+  return session.run(static_cast<int>(args.size()), args.data());
+}

@@ -1,0 +1,258 @@
+// Tests of common/: error messages, RAII owners, the child-process runner, device queries.
+#include <cuda_runtime_api.h>
+
+#include <cstring>
+#include <numeric>
+#include <type_traits>
+#include <vector>
+
+#include "common/cuda_check.hpp"
+#include "common/device.hpp"
+#include "common/driver_api.hpp"
+#include "common/memory.hpp"
+#include "common/process.hpp"
+#include "common/stream.hpp"
+#include "common/testing.hpp"
+
+using course::testing::Contains;
+
+// ---------------------------------------------------------------- CPU tests
+
+TEST_CASE("CUDA_CHECK names the call, the file and line, the error's name and its text", "[errors]") {
+  // cudaGetErrorName/String are pure table lookups: they need no device and no driver.
+  const int line = __LINE__ + 2;
+  try {
+    CUDA_CHECK(cudaErrorMemoryAllocation);
+    FAIL("CUDA_CHECK did not throw");
+  } catch (const course::CudaError& e) {
+    const std::string what = e.what();
+    CHECK(e.code() == cudaErrorMemoryAllocation);
+    CHECK_THAT(what, Contains("cudaErrorMemoryAllocation"));
+    CHECK_THAT(what, Contains("out of memory"));
+    CHECK_THAT(what, Contains("test_common.cpp:" + std::to_string(line)));
+    CHECK_THAT(what, Contains("cudaErrorMemoryAllocation failed"));  // the call's text
+  }
+  CHECK_NOTHROW(CUDA_CHECK(cudaSuccess));
+}
+
+TEST_CASE("CudaError is a std::runtime_error, so lesson mains can catch std::exception", "[errors]") {
+  STATIC_REQUIRE(std::is_base_of<std::runtime_error, course::CudaError>::value);
+  STATIC_REQUIRE(std::is_base_of<std::runtime_error, course::DriverError>::value);
+  STATIC_REQUIRE(std::is_base_of<std::runtime_error, course::DriverUnavailable>::value);
+}
+
+TEST_CASE("CU_CHECK names the call, the file and line and the driver's error", "[errors]") {
+  const int line = __LINE__ + 2;
+  try {
+    CU_CHECK(CUDA_ERROR_INVALID_VALUE);
+    FAIL("CU_CHECK did not throw");
+  } catch (const course::DriverError& e) {
+    const std::string what = e.what();
+    CHECK(e.code() == CUDA_ERROR_INVALID_VALUE);
+    CHECK_THAT(what, Contains("test_common.cpp:" + std::to_string(line)));
+    if (course::driver_library_present()) {
+      CHECK_THAT(what, Contains("CUDA_ERROR_INVALID_VALUE"));
+    } else {
+      // Without libcuda the name cannot be looked up; the number still identifies it.
+      CHECK_THAT(what, Contains("CUresult 1"));
+    }
+  }
+}
+
+TEST_CASE("driver() says clearly when libcuda.so.1 is missing", "[errors]") {
+  std::string why;
+  if (course::driver_library_present(&why)) {
+    CHECK(why.empty());
+    CHECK_NOTHROW(course::driver());
+  } else {
+    CHECK_THAT(why, Contains("libcuda.so.1"));
+    REQUIRE_THROWS_AS(course::driver(), course::DriverUnavailable);
+  }
+}
+
+TEST_CASE("RAII owners are move-only", "[raii]") {
+  STATIC_REQUIRE_FALSE(std::is_copy_constructible<course::DeviceBuffer<float>>::value);
+  STATIC_REQUIRE_FALSE(std::is_copy_assignable<course::DeviceBuffer<float>>::value);
+  STATIC_REQUIRE(std::is_nothrow_move_constructible<course::DeviceBuffer<float>>::value);
+  STATIC_REQUIRE(std::is_nothrow_move_assignable<course::DeviceBuffer<float>>::value);
+  STATIC_REQUIRE_FALSE(std::is_copy_constructible<course::PinnedBuffer<float>>::value);
+  STATIC_REQUIRE(std::is_nothrow_move_constructible<course::PinnedBuffer<float>>::value);
+  STATIC_REQUIRE_FALSE(std::is_copy_constructible<course::Stream>::value);
+  STATIC_REQUIRE(std::is_nothrow_move_constructible<course::Stream>::value);
+  STATIC_REQUIRE_FALSE(std::is_copy_constructible<course::Event>::value);
+  STATIC_REQUIRE(std::is_nothrow_move_constructible<course::Event>::value);
+}
+
+TEST_CASE("An empty DeviceBuffer allocates nothing and needs no GPU", "[raii]") {
+  course::DeviceBuffer<float> empty(0);
+  CHECK(empty.data() == nullptr);
+  CHECK(empty.size() == 0);
+  CHECK(empty.empty());
+  course::DeviceBuffer<float> moved(std::move(empty));
+  CHECK(moved.data() == nullptr);
+  CHECK(course::to_host(moved).empty());
+}
+
+TEST_CASE("run_process captures output and exit code", "[process]") {
+  const auto r = course::run_process({"/bin/sh", "-c", "echo out; echo err >&2; exit 3"});
+  CHECK(r.exit_code == 3);
+  CHECK_THAT(r.output, Contains("out"));
+  CHECK_THAT(r.output, Contains("err"));
+}
+
+TEST_CASE("run_process adds and replaces environment variables", "[process]") {
+  const auto r = course::run_process({"/bin/sh", "-c", "echo \"[$HOME][$COURSE_TEST_VAR]\""},
+                                     {"HOME=/replaced", "COURSE_TEST_VAR=added"});
+  CHECK(r.exit_code == 0);
+  CHECK_THAT(r.output, Contains("[/replaced][added]"));
+}
+
+TEST_CASE("run_process reports a program that cannot be started", "[process]") {
+  CHECK_THROWS_AS(course::run_process({"/nonexistent/program"}), std::system_error);
+  CHECK_THROWS_AS(course::run_process({}), std::invalid_argument);
+}
+
+CHILD_PROBE(child_reports_values) {
+  course::testing::report("answer", 42);
+  course::testing::report("flag", true);
+  return 5;
+}
+
+TEST_CASE("A child probe runs in a fresh process and reports key=value lines", "[process]") {
+  const auto child = course::testing::run_child_probe("child_reports_values");
+  CHECK(child.exit_code == 5);
+  CHECK(child.value("answer") == "42");
+  CHECK(child.value("flag") == "1");
+  CHECK_THROWS_AS(child.value("missing"), std::out_of_range);
+  CHECK(course::testing::run_child_probe("no_such_probe").exit_code == 2);
+}
+
+TEST_CASE("DeviceInfo derives the theoretical DRAM bandwidth from clock and bus width", "[device]") {
+  course::DeviceInfo d;
+  d.memory_clock_khz = 1'000'000;  // 1 GHz
+  d.memory_bus_bits = 256;         // 32 bytes per transfer, 2 transfers per clock
+  CHECK(d.peak_dram_gbps() == course::testing::Approx(64.0));
+}
+
+TEST_CASE("With no driver or no device, the availability check says what it looked for", "[device]") {
+  const auto a = course::check_device_available();
+  if (!a.usable) {
+    CHECK_THAT(a.reason, Contains("no "));
+    CHECK((a.reason.find("libcuda.so.1") != std::string::npos ||
+           a.reason.find("cudaGetDeviceCount") != std::string::npos ||
+           a.reason.find("compute capability") != std::string::npos));
+  } else {
+    CHECK(a.reason.empty());
+    CHECK(a.device_count >= 1);
+  }
+}
+
+// ---------------------------------------------------------------- GPU tests
+
+TEST_CASE("DeviceBuffer and to_device/to_host round-trip data", "[gpu][raii]") {
+  std::vector<int> host(1000003);
+  std::iota(host.begin(), host.end(), -17);
+  auto dev = course::to_device(host);
+  CHECK(dev.size() == host.size());
+  CHECK(dev.bytes() == host.size() * sizeof(int));
+  CHECK(course::to_host(dev) == host);
+
+  course::DeviceBuffer<int> moved = std::move(dev);
+  CHECK(dev.data() == nullptr);  // NOLINT(bugprone-use-after-move): the moved-from state is defined
+  CHECK(course::to_host(moved) == host);
+}
+
+TEST_CASE("DeviceBuffer frees its memory (no leak across many allocations)", "[gpu][raii]") {
+  std::size_t free_before = 0, free_after = 0, total = 0;
+  { course::DeviceBuffer<char> warm(1); }  // make sure the context exists before measuring
+  CUDA_CHECK(cudaMemGetInfo(&free_before, &total));
+  for (int i = 0; i < 50; ++i) course::DeviceBuffer<char> buf(64u << 20);  // 64 MiB each
+  CUDA_CHECK(cudaMemGetInfo(&free_after, &total));
+  // 50 leaked buffers would be 3.2 GiB; allow the allocator a few MiB of slack.
+  CHECK(free_before - std::min(free_before, free_after) < (16u << 20));
+}
+
+TEST_CASE("An impossible allocation throws CudaError and leaves nothing sticky", "[gpu][errors]") {
+  cudaError_t code = cudaSuccess;
+  try {
+    course::DeviceBuffer<char> huge(std::size_t{1} << 60);
+  } catch (const course::CudaError& e) {
+    code = e.code();
+  }
+  CHECK(code == cudaErrorMemoryAllocation);
+  // cudaErrorMemoryAllocation is not sticky: the next call works.
+  (void)cudaGetLastError();
+  CHECK_NOTHROW(course::DeviceBuffer<float>(16));
+}
+
+TEST_CASE("PinnedBuffer is page-locked host memory the runtime recognises", "[gpu][raii]") {
+  course::PinnedBuffer<float> pinned(1024);
+  cudaPointerAttributes attr{};
+  CUDA_CHECK(cudaPointerGetAttributes(&attr, pinned.data()));
+  CHECK(attr.type == cudaMemoryTypeHost);
+  std::iota(pinned.begin(), pinned.end(), 0.0f);
+  course::DeviceBuffer<float> dev(pinned.size());
+  course::Stream stream;
+  CUDA_CHECK(cudaMemcpyAsync(dev.data(), pinned.data(), pinned.bytes(), cudaMemcpyHostToDevice, stream));
+  stream.synchronize();
+  const auto back = course::to_host(dev);
+  CHECK(std::equal(back.begin(), back.end(), pinned.begin()));
+}
+
+TEST_CASE("Events time the work between them", "[gpu][events]") {
+  course::Stream stream;
+  course::DeviceBuffer<char> a(256u << 20), b(256u << 20);
+  const float one = course::time_on_stream_ms(stream, [&] {
+    CUDA_CHECK(cudaMemcpyAsync(b.data(), a.data(), a.bytes(), cudaMemcpyDeviceToDevice, stream));
+  });
+  const float four = course::time_on_stream_ms(stream, [&] {
+    for (int i = 0; i < 4; ++i)
+      CUDA_CHECK(cudaMemcpyAsync(b.data(), a.data(), a.bytes(), cudaMemcpyDeviceToDevice, stream));
+  });
+  CHECK(one > 0.0f);
+  CHECK(four > one);  // ordering, not speed: four copies are not faster than one
+  course::Event e;
+  e.record(stream);
+  e.synchronize();
+  CHECK(cudaEventQuery(e) == cudaSuccess);
+}
+
+TEST_CASE("query_device agrees with cudaGetDeviceProperties", "[gpu][device]") {
+  const course::DeviceInfo d = course::query_device(0);
+  cudaDeviceProp prop{};
+  CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  CHECK(d.name == prop.name);
+  CHECK(d.cc_major == prop.major);
+  CHECK(d.cc_minor == prop.minor);
+  CHECK(d.sm_count == prop.multiProcessorCount);
+  CHECK(d.memory_bus_bits == prop.memoryBusWidth);
+  CHECK(d.l2_cache_bytes == prop.l2CacheSize);
+  CHECK(d.warp_size == 32);
+  CHECK(d.peak_dram_gbps() > 100.0);  // every sm_75+ GPU has more than 100 GB/s
+  CHECK_THROWS_AS(course::query_device(-1), course::CudaError);
+}
+
+CHILD_PROBE(availability_check_creates_no_context) {
+  const auto a = course::check_device_available();
+  const course::DriverApi& cu = course::driver();
+  CUdevice dev = 0;
+  CU_CHECK(cu.cuDeviceGet(&dev, 0));
+  unsigned flags = 0;
+  int active = -1;
+  CU_CHECK(cu.cuDevicePrimaryCtxGetState(dev, &flags, &active));
+  CUcontext current = nullptr;
+  CU_CHECK(cu.cuCtxGetCurrent(&current));
+  course::testing::report("usable", a.usable);
+  course::testing::report("primary_active", active);
+  course::testing::report("current_is_null", current == nullptr);
+  return 0;
+}
+
+TEST_CASE("check_device_available creates no context", "[gpu][device]") {
+  const auto child = course::testing::run_child_probe("availability_check_creates_no_context");
+  INFO(child.output);
+  REQUIRE(child.exit_code == 0);
+  CHECK(child.value("usable") == "1");
+  CHECK(child.value("primary_active") == "0");
+  CHECK(child.value("current_is_null") == "1");
+}
