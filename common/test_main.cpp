@@ -1,6 +1,6 @@
 // The main() of every test executable (Catch2 v2 or v3).
 //
-//   <exe> [catch2 args]                  run tests; with no GPU and no arguments, [gpu] is left out
+//   <exe> [catch2 args]                  run tests; with no GPU, tests tagged [gpu] are left out
 //   <exe> --require-gpu [catch2 args]    exit 77 (ctest's SKIP_RETURN_CODE) when no usable GPU
 //   <exe> --child-probe NAME             run one CHILD_PROBE in this fresh process and exit
 #if COURSE_CATCH2_MAJOR == 3
@@ -14,6 +14,7 @@
 #include <cstring>
 #include <exception>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "common/device.hpp"
@@ -70,6 +71,47 @@ bool gpu_available() {
 
 }  // namespace course::testing
 
+namespace {
+// Catch2 options that take a value (v2 and v3): the word after them is not a test spec.
+bool takes_value(const std::string& opt) {
+  static const char* const with_value[] = {
+      "-o", "--out", "-r", "--reporter", "-n", "--name", "-c", "--section", "-x", "--abortx",
+      "-w", "--warn", "-d", "--durations", "-D", "--min-duration", "-f", "--input-file",
+      "-v", "--verbosity", "--order", "--rng-seed", "--use-colour", "--colour-mode",
+      "--wait-for-keypress", "--benchmark-samples", "--benchmark-resamples",
+      "--benchmark-confidence-interval", "--benchmark-warmup-time", "--shard-count",
+      "--shard-index"};
+  for (const char* o : with_value) {
+    if (opt == o) return true;
+  }
+  return false;
+}
+
+// With no GPU, every test spec gets "~[gpu]" ANDed to each of its comma-separated alternatives
+// ("[ex1]" -> "[ex1]~[gpu]"); with no spec at all, the spec is "~[gpu]".
+std::vector<std::string> exclude_gpu_tests(const std::vector<char*>& args) {
+  std::vector<std::string> out;
+  bool any_spec = false, value_next = false;
+  for (std::size_t i = 1; i < args.size(); ++i) {
+    std::string a = args[i];
+    const bool is_spec = !value_next && !a.empty() && a[0] != '-';
+    value_next = !value_next && a[0] == '-' && a.find('=') == std::string::npos && takes_value(a);
+    if (is_spec) {
+      any_spec = true;
+      std::string spec;
+      std::size_t start = 0;
+      for (std::size_t comma; (comma = a.find(',', start)) != std::string::npos; start = comma + 1) {
+        spec += a.substr(start, comma - start) + "~[gpu],";
+      }
+      a = spec + a.substr(start) + "~[gpu]";
+    }
+    out.push_back(a);
+  }
+  if (!any_spec) out.push_back("~[gpu]");
+  return out;
+}
+}  // namespace
+
 int main(int argc, char** argv) {
   // A child probe runs before anything else, so it sees a process that has made no CUDA call.
   if (argc == 3 && std::strcmp(argv[1], "--child-probe") == 0) {
@@ -93,16 +135,16 @@ int main(int argc, char** argv) {
     args.erase(args.begin() + 1);
   }
   const course::DeviceAvailability device = course::check_device_available();
-  char exclude_gpu[] = "~[gpu]";
+  std::vector<std::string> rewritten;  // owns the rewritten test specs that args points into
   if (!device.usable) {
     if (require_gpu) {
       std::printf("SKIPPED: these tests need a GPU; %s\n", device.reason.c_str());
       return 77;
     }
-    if (args.size() == 1) {
-      std::printf("Note: %s\nRunning the CPU tests only (\"~[gpu]\").\n", device.reason.c_str());
-      args.push_back(exclude_gpu);
-    }
+    std::printf("Note: %s\nLeaving out the tests tagged [gpu].\n", device.reason.c_str());
+    rewritten = exclude_gpu_tests(args);
+    args.resize(1);
+    for (auto& a : rewritten) args.push_back(a.data());
   }
   Catch::Session session;
   return session.run(static_cast<int>(args.size()), args.data());

@@ -1,0 +1,145 @@
+// Lesson 01: lazy initialisation and the primary context. See README.md for the walkthrough.
+#include "context.cuh"
+
+#include <cstdio>
+#include <stdexcept>
+
+#include "common/cuda_check.hpp"
+#include "common/driver_api.hpp"
+
+namespace lesson01 {
+
+namespace {
+void require_ordinal(int device) {
+  if (device < 0) {
+    throw std::invalid_argument("device ordinal must be >= 0, got " + std::to_string(device));
+  }
+}
+}  // namespace
+
+ContextState observe(int device) {
+  require_ordinal(device);
+  const course::DriverApi& cu = course::driver();
+  ContextState s;
+  // cuCtxGetCurrent is one of the calls that answer CUDA_ERROR_NOT_INITIALIZED instead of
+  // initialising: it tells us whether cuInit has run in this process.
+  const CUresult r = cu.cuCtxGetCurrent(&s.current);
+  if (r == CUDA_ERROR_NOT_INITIALIZED) return s;  // nothing exists yet
+  CU_CHECK(r);
+  s.driver_initialised = true;
+  CUdevice dev = 0;
+  CU_CHECK(cu.cuDeviceGet(&dev, device));
+  unsigned flags = 0;
+  int active = 0;
+  CU_CHECK(cu.cuDevicePrimaryCtxGetState(dev, &flags, &active));
+  s.primary_active = active != 0;
+  return s;
+}
+
+CUcontext primary_context(int device) {
+  require_ordinal(device);
+  const course::DriverApi& cu = course::driver();
+  CU_CHECK(cu.cuInit(0));
+  CUdevice dev = 0;
+  CU_CHECK(cu.cuDeviceGet(&dev, device));
+  CUcontext ctx = nullptr;
+  CU_CHECK(cu.cuDevicePrimaryCtxRetain(&ctx, dev));
+  CU_CHECK(cu.cuDevicePrimaryCtxRelease(dev));
+  return ctx;
+}
+
+CUcontext context_of_pointer(const void* device_ptr) {
+  CUcontext ctx = nullptr;
+  CU_CHECK(course::driver().cuPointerGetAttribute(&ctx, CU_POINTER_ATTRIBUTE_CONTEXT,
+                                                  reinterpret_cast<CUdeviceptr>(device_ptr)));
+  return ctx;
+}
+
+std::string to_string(CUcontext ctx) {
+  if (ctx == nullptr) return "none";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%p", static_cast<void*>(ctx));
+  return buf;
+}
+
+// ---------------------------------------------------------------- the two kernels
+
+__global__ void kernel_a(int* out) { *out = 1; }
+__global__ void kernel_b(int* out) { *out = 2; }
+
+void launch_kernel_a(int* out, cudaStream_t stream) {
+  kernel_a<<<1, 1, 0, stream>>>(out);
+  CUDA_CHECK_LAUNCH();
+}
+
+void launch_kernel_b(int* out, cudaStream_t stream) {
+  kernel_b<<<1, 1, 0, stream>>>(out);
+  CUDA_CHECK_LAUNCH();
+}
+
+const void* kernel_a_symbol() { return reinterpret_cast<const void*>(&kernel_a); }
+const void* kernel_b_symbol() { return reinterpret_cast<const void*>(&kernel_b); }
+
+bool kernel_is_loaded(const void* kernel_symbol) {
+  cudaFunction_t fn = nullptr;
+  CUDA_CHECK(cudaGetFuncBySymbol(&fn, kernel_symbol));
+  CUfunctionLoadingState state{};
+  CU_CHECK(course::driver().cuFuncIsLoaded(&state, reinterpret_cast<CUfunction>(fn)));
+  return state == CU_FUNCTION_LOADING_STATE_LOADED;
+}
+
+// ---------------------------------------------------------------- exercise solutions
+// exercise.cu holds the same functions as TODO stubs; `make check LESSON=01` builds the tests
+// against those instead, with this block compiled out.
+#ifndef LESSON_EXERCISE_BUILD
+
+// Exercise 1. cuInit initialises the driver but creates no context, and
+// cuDevicePrimaryCtxGetState only reads. (cudaFree(0), cudaSetDevice or cuDevicePrimaryCtxRetain
+// would each create the context we were asked about.)
+bool primary_context_is_active(int device) {
+  require_ordinal(device);
+  const course::DriverApi& cu = course::driver();
+  CU_CHECK(cu.cuInit(0));
+  CUdevice dev = 0;
+  CU_CHECK(cu.cuDeviceGet(&dev, device));
+  unsigned flags = 0;
+  int active = 0;
+  CU_CHECK(cu.cuDevicePrimaryCtxGetState(dev, &flags, &active));
+  return active != 0;
+}
+
+// Exercise 2. cudaSetDevice creates the primary context and makes it current (CUDA 12+);
+// cudaFuncGetAttributes needs the kernel's code in the context, so it loads a lazily-loaded
+// kernel without launching it.
+void warm_up(int device) {
+  require_ordinal(device);
+  CUDA_CHECK(cudaSetDevice(device));
+  CUDA_CHECK(cudaFree(nullptr));  // with CUDA 11 and older, this line created the context
+  for (const void* kernel : {kernel_a_symbol(), kernel_b_symbol()}) {
+    cudaFuncAttributes attr{};
+    CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
+  }
+}
+
+// Exercise 3. cuCtxCreate pushes the new context onto the calling thread's context stack;
+// cuCtxDestroy pops it again if it is current, so the previous context is current afterwards.
+OwnContext::OwnContext(int device) {
+  require_ordinal(device);
+  const course::DriverApi& cu = course::driver();
+  CU_CHECK(cu.cuInit(0));
+  CUdevice dev = 0;
+  CU_CHECK(cu.cuDeviceGet(&dev, device));
+#if CUDA_VERSION >= 13000
+  CU_CHECK(cu.cuCtxCreate(&ctx_, nullptr, 0, dev));  // CUDA 13: (ctx, params, flags, dev)
+#else
+  CU_CHECK(cu.cuCtxCreate(&ctx_, 0, dev));
+#endif
+}
+
+OwnContext::~OwnContext() {
+  if (ctx_ != nullptr) course::driver().cuCtxDestroy(ctx_);  // a destructor must not throw
+}
+
+#endif  // LESSON_EXERCISE_BUILD
+
+}  // namespace lesson01

@@ -1,0 +1,216 @@
+// Lesson 01: lazy initialisation and the primary context, measured on this machine.
+//
+//   lesson01 [--device N] [--help]
+//
+// Walks through what the CUDA runtime does on its first calls, observing the driver's state with
+// the Driver API after each step and timing each step on the host clock. Two measurements run in
+// fresh child processes of this binary (CUDA_MODULE_LOADING=LAZY and =EAGER), because
+// initialisation happens once per process.
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <string>
+#include <thread>
+
+#include "common/cuda_check.hpp"
+#include "common/device.hpp"
+#include "common/driver_api.hpp"
+#include "common/memory.hpp"
+#include "common/process.hpp"
+#include "context.cuh"
+
+using namespace lesson01;
+
+namespace {
+
+void usage(const char* argv0) {
+  std::printf(
+      "usage: %s [--device N] [--help]\n"
+      "  Lesson 01: lazy initialisation and the primary context.\n"
+      "  Times the runtime's first calls and shows, with the Driver API, what each one did:\n"
+      "  when the driver is initialised, when the primary context is created, that the runtime's\n"
+      "  context is the primary context, lazy module loading, per-thread current contexts and a\n"
+      "  context made with the Driver API.\n"
+      "  --device N   the device to use (default 0)\n",
+      argv0);
+}
+
+const char* yes_no(bool b) { return b ? "yes" : "no"; }
+
+void print_state(const ContextState& s) {
+  std::printf("        driver initialised: %-3s  current context: %-16s  primary context: %s\n",
+              yes_no(s.driver_initialised), to_string(s.current).c_str(),
+              s.primary_active ? "active" : "inactive");
+}
+
+void step(int n, const char* what) { std::printf("\nStep %d  %s\n", n, what); }
+
+// Child mode: time context creation and the first launches under the CUDA_MODULE_LOADING the
+// parent set, and print them as key=value lines.
+int child_first_launch(int device) {
+  const double set_device_ms = wall_ms([&] { CUDA_CHECK(cudaSetDevice(device)); });
+  course::DeviceBuffer<int> out(1);
+  const double a_first = wall_ms([&] { launch_kernel_a(out.data()); CUDA_CHECK(cudaDeviceSynchronize()); });
+  const double a_second = wall_ms([&] { launch_kernel_a(out.data()); CUDA_CHECK(cudaDeviceSynchronize()); });
+  const double b_first = wall_ms([&] { launch_kernel_b(out.data()); CUDA_CHECK(cudaDeviceSynchronize()); });
+  std::printf("set_device_ms=%.3f\na_first_ms=%.3f\na_second_ms=%.3f\nb_first_ms=%.3f\n",
+              set_device_ms, a_first, a_second, b_first);
+  return 0;
+}
+
+double value_of(const std::string& output, const std::string& key) {
+  const auto at = output.find(key + "=");
+  if (at == std::string::npos) throw std::runtime_error("child printed no " + key + ":\n" + output);
+  return std::atof(output.c_str() + at + key.size() + 1);
+}
+
+int run(int device) {
+  std::printf("Lesson 01: lazy initialisation and the primary context\n");
+  std::printf("=======================================================\n");
+  int runtime_version = 0, driver_version = 0;
+  CUDA_CHECK(cudaRuntimeGetVersion(&runtime_version));  // a constant of the linked cudart
+  CU_CHECK(course::driver().cuDriverGetVersion(&driver_version));  // allowed before cuInit
+  const char* loading = std::getenv("CUDA_MODULE_LOADING");
+  std::printf("CUDA runtime %d.%d (linked into this binary), driver API %d.%d (libcuda.so.1)\n",
+              runtime_version / 1000, runtime_version % 1000 / 10, driver_version / 1000,
+              driver_version % 1000 / 10);
+  std::printf("CUDA_MODULE_LOADING=%s\n", loading ? loading : "(unset: LAZY, the default since CUDA 12.2)");
+
+  step(1, "Before any runtime call (cudaRuntimeGetVersion and cuDriverGetVersion need no driver state)");
+  print_state(observe(device));
+
+  step(2, "cudaGetDeviceCount()");
+  int count = 0;
+  const double count_ms = wall_ms([&] { CUDA_CHECK(cudaGetDeviceCount(&count)); });
+  std::printf("        took %.1f ms; %d device(s)\n", count_ms, count);
+  print_state(observe(device));
+  std::printf("        -> the first runtime call initialised the driver (cuInit) but made no context\n");
+  if (device >= count) throw std::invalid_argument("--device " + std::to_string(device) + ": there are " + std::to_string(count) + " device(s)");
+  const course::DeviceInfo info = course::query_device(device);
+  std::printf("        device %d: %s\n", device, course::summary(info).c_str());
+
+  step(3, "cudaSetDevice(device)");
+  const double set_ms = wall_ms([&] { CUDA_CHECK(cudaSetDevice(device)); });
+  std::printf("        took %.1f ms\n", set_ms);
+  const ContextState after_set = observe(device);
+  print_state(after_set);
+  std::printf("        -> %s\n", after_set.primary_active
+                                      ? "cudaSetDevice created the primary context and made it current (CUDA 12+)"
+                                      : "cudaSetDevice only chose the device (CUDA 11 and older behaviour)");
+
+  step(4, "The calls that used to pay for initialisation are now cheap");
+  const double free_ms = wall_ms([&] { CUDA_CHECK(cudaFree(nullptr)); });
+  void* p = nullptr;
+  const double malloc_ms = wall_ms([&] { CUDA_CHECK(cudaMalloc(&p, 1 << 20)); });
+  CUDA_CHECK(cudaFree(p));
+  std::printf("        cudaFree(0): %.3f ms   cudaMalloc(1 MiB): %.3f ms\n", free_ms, malloc_ms);
+
+  step(5, "The runtime's context is the primary context");
+  const CUcontext primary = primary_context(device);
+  std::printf("        current: %s   cuDevicePrimaryCtxRetain: %s   same: %s\n",
+              to_string(observe(device).current).c_str(), to_string(primary).c_str(),
+              yes_no(observe(device).current == primary));
+
+  step(6, "Lazy module loading: the first launch of each kernel loads it");
+  course::DeviceBuffer<int> out(1);
+  std::printf("        kernel_a loaded before its first launch: %s\n", yes_no(kernel_is_loaded(kernel_a_symbol())));
+  const double a1 = wall_ms([&] { launch_kernel_a(out.data()); CUDA_CHECK(cudaDeviceSynchronize()); });
+  const double a2 = wall_ms([&] { launch_kernel_a(out.data()); CUDA_CHECK(cudaDeviceSynchronize()); });
+  std::printf("        kernel_a launch + sync: first %.3f ms, second %.3f ms; loaded now: %s; kernel_b loaded: %s\n",
+              a1, a2, yes_no(kernel_is_loaded(kernel_a_symbol())), yes_no(kernel_is_loaded(kernel_b_symbol())));
+  std::printf("        In fresh processes (this binary re-run), context creation and first launches:\n");
+  std::printf("        %-22s %14s %14s %14s %14s\n", "CUDA_MODULE_LOADING", "cudaSetDevice", "1st kernel_a", "2nd kernel_a", "1st kernel_b");
+  for (const char* mode : {"LAZY", "EAGER"}) {
+    const auto r = course::run_process({course::self_executable(), "--child-first-launch", std::to_string(device)},
+                                       {std::string("CUDA_MODULE_LOADING=") + mode});
+    if (r.exit_code != 0) throw std::runtime_error(std::string("child (") + mode + ") failed:\n" + r.output);
+    std::printf("        %-22s %11.3f ms %11.3f ms %11.3f ms %11.3f ms\n", mode, value_of(r.output, "set_device_ms"),
+                value_of(r.output, "a_first_ms"), value_of(r.output, "a_second_ms"), value_of(r.output, "b_first_ms"));
+  }
+  std::printf("        -> lazily, the context is made faster and each kernel pays its own load at first use;\n"
+              "           warm up (exercise 2) before the first request a user waits for\n");
+
+  step(7, "Contexts are current per thread");
+  ContextState before, after;
+  int thread_device = -1;
+  std::thread t([&] {
+    before = observe(device);
+    CUDA_CHECK(cudaGetDevice(&thread_device));
+    CUDA_CHECK(cudaSetDevice(device));
+    after = observe(device);
+  });
+  t.join();
+  std::printf("        new thread before any call: current %s; cudaGetDevice says %d (the default, not ours)\n",
+              to_string(before.current).c_str(), thread_device);
+  std::printf("        after cudaSetDevice there:  current %s (the same primary context: %s)\n",
+              to_string(after.current).c_str(), yes_no(after.current == primary));
+
+  step(8, "The Driver API way: a context of our own");
+  {
+    CUcontext inside = nullptr, alloc_ctx = nullptr;
+    const double own_ms = wall_ms([&] {
+      const CUcontext own = run_in_new_context(device, [&] {
+        CU_CHECK(course::driver().cuCtxGetCurrent(&inside));
+        course::DeviceBuffer<float> buf(256);
+        alloc_ctx = context_of_pointer(buf.data());
+      });
+      (void)own;
+    });
+    std::printf("        cuCtxCreate .. cuCtxDestroy took %.1f ms; inside, current: %s (primary: %s)\n", own_ms,
+                to_string(inside).c_str(), yes_no(inside == primary));
+    std::printf("        a cudaMalloc made inside belongs to it: %s; current afterwards: %s (primary again: %s)\n",
+                yes_no(alloc_ctx == inside), to_string(observe(device).current).c_str(),
+                yes_no(observe(device).current == primary));
+  }
+
+  step(9, "cudaDeviceReset()");
+  const double reset_ms = wall_ms([&] { CUDA_CHECK(cudaDeviceReset()); });
+  std::printf("        took %.1f ms\n", reset_ms);
+  print_state(observe(device));
+  std::printf("        -> the primary context is gone; the next runtime call would create a new one\n");
+
+  std::printf("\nSummary (host time): cudaGetDeviceCount %.1f ms (driver initialisation), cudaSetDevice %.1f ms "
+              "(primary context), first kernel launch %.3f ms vs %.3f ms after\n",
+              count_ms, set_ms, a1, a2);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int device = 0;
+  try {
+    if (argc == 3 && std::strcmp(argv[1], "--child-first-launch") == 0) {
+      return child_first_launch(std::atoi(argv[2]));
+    }
+    if (argc == 2 && std::strcmp(argv[1], "--check-device") == 0) {
+      return course::require_device(argv[0]) ? 0 : 1;
+    }
+    for (int i = 1; i < argc; ++i) {
+      if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) {
+        usage(argv[0]);
+        return 0;
+      } else if (std::strcmp(argv[i], "--device") == 0 && i + 1 < argc) {
+        device = std::atoi(argv[++i]);
+      } else {
+        std::fprintf(stderr, "%s: unknown argument '%s' (try --help)\n", argv[0], argv[i]);
+        return 2;
+      }
+    }
+    // Checking for a device here would initialise the driver, and step 1 must come first; so
+    // the check runs in a child process, which leaves this one untouched.
+    const auto check = course::run_process({course::self_executable(), "--check-device"});
+    if (check.exit_code != 0) {
+      std::fputs(check.output.c_str(), stderr);
+      return 1;
+    }
+    return run(device);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s: error: %s\n", argv[0], e.what());
+    return 1;
+  }
+}

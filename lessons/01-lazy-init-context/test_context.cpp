@@ -1,0 +1,289 @@
+// Lesson 01 tests. Every fact about initialisation is process-global, so each is observed in a
+// fresh child process (CHILD_PROBE) that has made no CUDA call before the probe starts.
+#include <cuda_runtime_api.h>
+
+#include <stdexcept>
+#include <thread>
+
+#include "common/cuda_check.hpp"
+#include "common/driver_api.hpp"
+#include "common/memory.hpp"
+#include "common/testing.hpp"
+#include "context.cuh"
+
+using course::testing::report;
+using course::testing::run_child_probe;
+using lesson01::observe;
+
+namespace {
+// Runs a probe and fails the test (with the child's output) unless it exited 0.
+course::testing::ChildReport probe(const char* name, std::vector<std::string> env = {}) {
+  auto child = run_child_probe(name, std::move(env));
+  INFO("child probe " << name << " printed:\n" << child.output);
+  REQUIRE(child.exit_code == 0);
+  return child;
+}
+void report_state(const char* prefix, const lesson01::ContextState& s) {
+  report(std::string(prefix) + "driver_initialised", s.driver_initialised);
+  report(std::string(prefix) + "has_current", s.current != nullptr);
+  report(std::string(prefix) + "primary_active", s.primary_active);
+}
+}  // namespace
+
+// ---------------------------------------------------------------- CPU tests: bad input
+
+TEST_CASE("A negative device ordinal is rejected before anything touches the driver", "[args]") {
+  CHECK_THROWS_AS(observe(-1), std::invalid_argument);
+  CHECK_THROWS_WITH(lesson01::primary_context(-1), course::testing::Contains(">= 0"));
+}
+
+TEST_CASE("to_string names a missing context 'none'", "[args]") {
+  CHECK(lesson01::to_string(nullptr) == "none");
+}
+
+// ---------------------------------------------------------------- the lesson's facts
+
+CHILD_PROBE(fresh_process) {
+  report_state("", observe(0));
+  return 0;
+}
+
+TEST_CASE("Before any CUDA call the driver is not initialised and no context is current", "[gpu]") {
+  const auto c = probe("fresh_process");
+  CHECK(c.value("driver_initialised") == "0");
+  CHECK(c.value("has_current") == "0");
+}
+
+CHILD_PROBE(after_get_device_count) {
+  int n = 0;
+  CUDA_CHECK(cudaGetDeviceCount(&n));
+  report_state("", observe(0));
+  return 0;
+}
+
+TEST_CASE("cudaGetDeviceCount initialises the driver but creates no context", "[gpu]") {
+  const auto c = probe("after_get_device_count");
+  CHECK(c.value("driver_initialised") == "1");
+  CHECK(c.value("has_current") == "0");
+  CHECK(c.value("primary_active") == "0");
+}
+
+CHILD_PROBE(after_set_device) {
+  CUDA_CHECK(cudaSetDevice(0));
+  const auto s = observe(0);
+  report_state("", s);
+  report("current_is_primary", s.current == lesson01::primary_context(0));
+  return 0;
+}
+
+TEST_CASE("cudaSetDevice creates the primary context and makes it current (CUDA 12+)", "[gpu]") {
+  // Before CUDA 12.0 cudaSetDevice only recorded the choice; the next call that needed a context
+  // created it. This course requires CUDA 12, so the new behaviour is what we pin.
+  const auto c = probe("after_set_device");
+  CHECK(c.value("primary_active") == "1");
+  CHECK(c.value("has_current") == "1");
+  CHECK(c.value("current_is_primary") == "1");
+}
+
+CHILD_PROBE(runtime_context_is_primary) {
+  course::DeviceBuffer<int> buf(1);  // any runtime call that needs a context
+  CUcontext current = nullptr;
+  CU_CHECK(course::driver().cuCtxGetCurrent(&current));
+  report("current_is_primary", current == lesson01::primary_context(0));
+  report("allocation_in_primary", lesson01::context_of_pointer(buf.data()) == current);
+  return 0;
+}
+
+TEST_CASE("The runtime's context is the device's primary context", "[gpu]") {
+  const auto c = probe("runtime_context_is_primary");
+  CHECK(c.value("current_is_primary") == "1");
+  CHECK(c.value("allocation_in_primary") == "1");
+}
+
+CHILD_PROBE(after_device_reset) {
+  CUDA_CHECK(cudaFree(nullptr));
+  report_state("before_", observe(0));
+  CUDA_CHECK(cudaDeviceReset());
+  report_state("after_", observe(0));
+  CUDA_CHECK(cudaFree(nullptr));  // the next runtime call makes a new one
+  report_state("again_", observe(0));
+  return 0;
+}
+
+TEST_CASE("cudaDeviceReset releases the primary context; the next call creates it again", "[gpu]") {
+  const auto c = probe("after_device_reset");
+  CHECK(c.value("before_primary_active") == "1");
+  CHECK(c.value("after_primary_active") == "0");
+  CHECK(c.value("again_primary_active") == "1");
+}
+
+CHILD_PROBE(after_init_device) {
+  CUDA_CHECK(cudaInitDevice(0, 0, 0));
+  report_state("", observe(0));
+  return 0;
+}
+
+TEST_CASE("cudaInitDevice creates the primary context without making it current", "[gpu]") {
+  const auto c = probe("after_init_device");
+  CHECK(c.value("primary_active") == "1");
+  CHECK(c.value("has_current") == "0");
+}
+
+CHILD_PROBE(new_thread) {
+  CUDA_CHECK(cudaFree(nullptr));
+  CUcontext main_ctx = nullptr;
+  CU_CHECK(course::driver().cuCtxGetCurrent(&main_ctx));
+  lesson01::ContextState before, after;
+  int thread_device = -1;
+  std::thread t([&] {
+    before = observe(0);
+    CUDA_CHECK(cudaGetDevice(&thread_device));
+    CUDA_CHECK(cudaFree(nullptr));
+    after = observe(0);
+  });
+  t.join();
+  report("before_has_current", before.current != nullptr);
+  report("after_is_main_context", after.current == main_ctx);
+  report("thread_device", thread_device);
+  return 0;
+}
+
+TEST_CASE("A new thread starts with no current context and binds the same primary context", "[gpu]") {
+  const auto c = probe("new_thread");
+  CHECK(c.value("before_has_current") == "0");
+  CHECK(c.value("after_is_main_context") == "1");
+  CHECK(c.value("thread_device") == "0");
+}
+
+CHILD_PROBE(driver_context_hosts_runtime_calls) {
+  const course::DriverApi& cu = course::driver();
+  CU_CHECK(cu.cuInit(0));
+  CUdevice dev = 0;
+  CU_CHECK(cu.cuDeviceGet(&dev, 0));
+  CUcontext own = nullptr;
+#if CUDA_VERSION >= 13000
+  CU_CHECK(cu.cuCtxCreate(&own, nullptr, 0, dev));
+#else
+  CU_CHECK(cu.cuCtxCreate(&own, 0, dev));
+#endif
+  bool in_own = false;
+  {
+    course::DeviceBuffer<float> buf(256);  // a runtime call while `own` is current
+    in_own = lesson01::context_of_pointer(buf.data()) == own;
+  }
+  report("allocation_in_own_context", in_own);
+  report("primary_active_meanwhile", observe(0).primary_active);
+  CU_CHECK(cu.cuCtxDestroy(own));
+  report("current_after_destroy", observe(0).current != nullptr);
+  return 0;
+}
+
+TEST_CASE("Runtime calls run in a context created with the Driver API when it is current", "[gpu]") {
+  const auto c = probe("driver_context_hosts_runtime_calls");
+  CHECK(c.value("allocation_in_own_context") == "1");
+  CHECK(c.value("primary_active_meanwhile") == "0");  // the runtime adopted ours, made none
+  CHECK(c.value("current_after_destroy") == "0");
+}
+
+CHILD_PROBE(lazy_loading) {
+  CUDA_CHECK(cudaSetDevice(0));
+  report("a_loaded_before_launch", lesson01::kernel_is_loaded(lesson01::kernel_a_symbol()));
+  course::DeviceBuffer<int> out(1);
+  lesson01::launch_kernel_a(out.data());
+  CUDA_CHECK(cudaDeviceSynchronize());
+  report("a_loaded_after_launch", lesson01::kernel_is_loaded(lesson01::kernel_a_symbol()));
+  report("b_loaded_after_a_launch", lesson01::kernel_is_loaded(lesson01::kernel_b_symbol()));
+  return 0;
+}
+
+TEST_CASE("With lazy loading a kernel is loaded at its first launch; eagerly, with the context",
+          "[gpu]") {
+  const auto lazy = probe("lazy_loading", {"CUDA_MODULE_LOADING=LAZY"});
+  CHECK(lazy.value("a_loaded_before_launch") == "0");
+  CHECK(lazy.value("a_loaded_after_launch") == "1");
+  CHECK(lazy.value("b_loaded_after_a_launch") == "0");
+  const auto eager = probe("lazy_loading", {"CUDA_MODULE_LOADING=EAGER"});
+  CHECK(eager.value("a_loaded_before_launch") == "1");
+  CHECK(eager.value("b_loaded_after_a_launch") == "1");
+}
+
+// ---------------------------------------------------------------- exercise 1
+
+TEST_CASE("Exercise 1: primary_context_is_active rejects a negative ordinal", "[ex1]") {
+  CHECK_THROWS_AS(lesson01::primary_context_is_active(-1), std::invalid_argument);
+}
+
+CHILD_PROBE(ex1_is_active) {
+  report("fresh", lesson01::primary_context_is_active(0));
+  report("created_by_asking", observe(0).primary_active);
+  CUDA_CHECK(cudaSetDevice(0));
+  report("after_set_device", lesson01::primary_context_is_active(0));
+  CUDA_CHECK(cudaDeviceReset());
+  report("after_reset", lesson01::primary_context_is_active(0));
+  return 0;
+}
+
+TEST_CASE("Exercise 1: primary_context_is_active answers without creating a context", "[gpu][ex1]") {
+  const auto c = probe("ex1_is_active");
+  CHECK(c.value("fresh") == "0");
+  CHECK(c.value("created_by_asking") == "0");
+  CHECK(c.value("after_set_device") == "1");
+  CHECK(c.value("after_reset") == "0");
+}
+
+// ---------------------------------------------------------------- exercise 2
+
+TEST_CASE("Exercise 2: warm_up rejects a negative ordinal", "[ex2]") {
+  CHECK_THROWS_AS(lesson01::warm_up(-1), std::invalid_argument);
+}
+
+CHILD_PROBE(ex2_warm_up) {
+  lesson01::warm_up(0);
+  const auto s = observe(0);
+  report("primary_active", s.primary_active);
+  report("current_is_primary", s.current != nullptr && s.current == lesson01::primary_context(0));
+  report("a_loaded", lesson01::kernel_is_loaded(lesson01::kernel_a_symbol()));
+  report("b_loaded", lesson01::kernel_is_loaded(lesson01::kernel_b_symbol()));
+  return 0;
+}
+
+TEST_CASE("Exercise 2: after warm_up the context is current and the kernels are loaded", "[gpu][ex2]") {
+  const auto c = probe("ex2_warm_up", {"CUDA_MODULE_LOADING=LAZY"});
+  CHECK(c.value("primary_active") == "1");
+  CHECK(c.value("current_is_primary") == "1");
+  CHECK(c.value("a_loaded") == "1");
+  CHECK(c.value("b_loaded") == "1");
+}
+
+// ---------------------------------------------------------------- exercise 3
+
+TEST_CASE("Exercise 3: OwnContext rejects a negative ordinal", "[ex3]") {
+  CHECK_THROWS_AS(lesson01::OwnContext(-1), std::invalid_argument);
+}
+
+CHILD_PROBE(ex3_own_context) {
+  CUDA_CHECK(cudaFree(nullptr));  // the primary context is current before
+  CUcontext primary = nullptr;
+  CU_CHECK(course::driver().cuCtxGetCurrent(&primary));
+  CUcontext seen = nullptr, alloc_ctx = nullptr;
+  const CUcontext returned = lesson01::run_in_new_context(0, [&] {
+    CU_CHECK(course::driver().cuCtxGetCurrent(&seen));
+    course::DeviceBuffer<int> buf(16);
+    alloc_ctx = lesson01::context_of_pointer(buf.data());
+  });
+  CUcontext after = nullptr;
+  CU_CHECK(course::driver().cuCtxGetCurrent(&after));
+  report("new_context_is_not_primary", returned != nullptr && returned != primary);
+  report("fn_ran_in_it", seen == returned);
+  report("runtime_allocated_in_it", alloc_ctx == returned);
+  report("primary_current_again", after == primary);
+  return 0;
+}
+
+TEST_CASE("Exercise 3: a Driver API context hosts runtime calls and is gone afterwards", "[gpu][ex3]") {
+  const auto c = probe("ex3_own_context");
+  CHECK(c.value("new_context_is_not_primary") == "1");
+  CHECK(c.value("fn_ran_in_it") == "1");
+  CHECK(c.value("runtime_allocated_in_it") == "1");
+  CHECK(c.value("primary_current_again") == "1");
+}
