@@ -45,9 +45,13 @@ void launch_kernel_b(int* out, cudaStream_t stream = nullptr);  // writes 2 to *
 const void* kernel_a_symbol();  // the host stub address the runtime knows the kernel by
 const void* kernel_b_symbol();
 
-// Is the kernel's code loaded into the current context? (cudaGetFuncBySymbol gives the
-// CUfunction; cuFuncIsLoaded asks the driver.) Needs a current context.
+// Is the kernel's code loaded into the current context? (cudaGetKernel + cuKernelGetFunction
+// give its CUfunction; cuFuncIsLoaded asks the driver.) Needs a current context.
 bool kernel_is_loaded(const void* kernel_symbol);
+
+// Does the driver load modules lazily in this process (cuModuleGetLoadingMode)? Set by the
+// environment variable CUDA_MODULE_LOADING=LAZY|EAGER, read when the driver is initialised.
+bool lazy_loading_enabled();
 
 // Wall-clock time of f() in milliseconds (steady_clock: host time, which is what the first
 // runtime call costs the caller).

@@ -187,6 +187,7 @@ TEST_CASE("Runtime calls run in a context created with the Driver API when it is
 
 CHILD_PROBE(lazy_loading) {
   CUDA_CHECK(cudaSetDevice(0));
+  report("lazy_mode", lesson01::lazy_loading_enabled());
   report("a_loaded_before_launch", lesson01::kernel_is_loaded(lesson01::kernel_a_symbol()));
   course::DeviceBuffer<int> out(1);
   lesson01::launch_kernel_a(out.data());
@@ -199,10 +200,12 @@ CHILD_PROBE(lazy_loading) {
 TEST_CASE("With lazy loading a kernel is loaded at its first launch; eagerly, with the context",
           "[gpu]") {
   const auto lazy = probe("lazy_loading", {"CUDA_MODULE_LOADING=LAZY"});
+  CHECK(lazy.value("lazy_mode") == "1");
   CHECK(lazy.value("a_loaded_before_launch") == "0");
   CHECK(lazy.value("a_loaded_after_launch") == "1");
   CHECK(lazy.value("b_loaded_after_a_launch") == "0");
   const auto eager = probe("lazy_loading", {"CUDA_MODULE_LOADING=EAGER"});
+  CHECK(eager.value("lazy_mode") == "0");
   CHECK(eager.value("a_loaded_before_launch") == "1");
   CHECK(eager.value("b_loaded_after_a_launch") == "1");
 }
