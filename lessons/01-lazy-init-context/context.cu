@@ -62,6 +62,44 @@ std::string to_string(CUcontext ctx) {
   return buf;
 }
 
+const char* const* first_call_names(int* count) {
+  static const char* const names[] = {"cudaGetDeviceCount", "cudaDeviceGetAttribute",
+                                      "cudaGetDeviceProperties", "cudaSetDevice",
+                                      "cudaInitDevice", "cudaMemGetInfo", "cudaFree(0)",
+                                      "cudaMalloc"};
+  *count = static_cast<int>(sizeof names / sizeof names[0]);
+  return names;
+}
+
+void make_first_call(const std::string& name, int device) {
+  require_ordinal(device);
+  if (name == "cudaGetDeviceCount") {
+    int n = 0;
+    CUDA_CHECK(cudaGetDeviceCount(&n));
+  } else if (name == "cudaDeviceGetAttribute") {
+    int sms = 0;
+    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  } else if (name == "cudaGetDeviceProperties") {
+    cudaDeviceProp prop{};
+    CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+  } else if (name == "cudaSetDevice") {
+    CUDA_CHECK(cudaSetDevice(device));
+  } else if (name == "cudaInitDevice") {
+    CUDA_CHECK(cudaInitDevice(device, 0, 0));
+  } else if (name == "cudaMemGetInfo") {
+    std::size_t free_bytes = 0, total = 0;
+    CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total));
+  } else if (name == "cudaFree(0)") {
+    CUDA_CHECK(cudaFree(nullptr));
+  } else if (name == "cudaMalloc") {
+    void* p = nullptr;
+    CUDA_CHECK(cudaMalloc(&p, 256));
+    CUDA_CHECK(cudaFree(p));
+  } else {
+    throw std::invalid_argument("make_first_call: unknown call '" + name + "'");
+  }
+}
+
 // ---------------------------------------------------------------- the two kernels
 
 __global__ void kernel_a(int* out) { *out = 1; }

@@ -53,6 +53,14 @@ bool kernel_is_loaded(const void* kernel_symbol);
 // environment variable CUDA_MODULE_LOADING=LAZY|EAGER, read when the driver is initialised.
 bool lazy_loading_enabled();
 
+// The runtime calls a process might make first, by name: "cudaGetDeviceCount",
+// "cudaDeviceGetAttribute", "cudaGetDeviceProperties", "cudaSetDevice", "cudaInitDevice",
+// "cudaMemGetInfo", "cudaFree(0)", "cudaMalloc". first_call_names() lists them in that order.
+// make_first_call(name, device) makes that call (throws std::invalid_argument for an unknown
+// name). Used in fresh processes to see what each call initialises.
+const char* const* first_call_names(int* count);
+void make_first_call(const std::string& name, int device);
+
 // Wall-clock time of f() in milliseconds (steady_clock: host time, which is what the first
 // runtime call costs the caller).
 template <class F>

@@ -62,6 +62,15 @@ int child_first_launch(int device) {
   return 0;
 }
 
+// Child mode: make one runtime call first, then report what it initialised.
+int child_first_call(const std::string& call, int device) {
+  double ms = wall_ms([&] { make_first_call(call, device); });
+  const ContextState s = observe(device);
+  std::printf("ms=%.3f\ninit=%d\nprimary=%d\ncurrent=%d\n", ms, s.driver_initialised, s.primary_active,
+              s.current != nullptr);
+  return 0;
+}
+
 double value_of(const std::string& output, const std::string& key) {
   const auto at = output.find(key + "=");
   if (at == std::string::npos) throw std::runtime_error("child printed no " + key + ":\n" + output);
@@ -92,6 +101,18 @@ int run(int device) {
   if (device >= count) throw std::invalid_argument("--device " + std::to_string(device) + ": there are " + std::to_string(count) + " device(s)");
   const course::DeviceInfo info = course::query_device(device);
   std::printf("        device %d: %s\n", device, course::summary(info).c_str());
+
+  std::printf("        Each candidate first call, alone in a fresh process (this binary re-run):\n");
+  std::printf("        %-24s %10s %18s %18s %10s\n", "first call", "time", "driver initialised", "primary context", "current");
+  int ncalls = 0;
+  const char* const* calls = first_call_names(&ncalls);
+  for (int i = 0; i < ncalls; ++i) {
+    const auto r = course::run_process({course::self_executable(), "--child-first-call", calls[i], std::to_string(device)});
+    if (r.exit_code != 0) throw std::runtime_error(std::string("child (") + calls[i] + ") failed:\n" + r.output);
+    std::printf("        %-24s %7.1f ms %18s %18s %10s\n", calls[i], value_of(r.output, "ms"),
+                yes_no(value_of(r.output, "init") != 0), value_of(r.output, "primary") != 0 ? "created" : "-",
+                yes_no(value_of(r.output, "current") != 0));
+  }
 
   step(3, "cudaSetDevice(device)");
   const double set_ms = wall_ms([&] { CUDA_CHECK(cudaSetDevice(device)); });
@@ -193,6 +214,9 @@ int run(int device) {
 int main(int argc, char** argv) {
   int device = 0;
   try {
+    if (argc == 4 && std::strcmp(argv[1], "--child-first-call") == 0) {
+      return child_first_call(argv[2], std::atoi(argv[3]));
+    }
     if (argc == 3 && std::strcmp(argv[1], "--child-first-launch") == 0) {
       return child_first_launch(std::atoi(argv[2]));
     }

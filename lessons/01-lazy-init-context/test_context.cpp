@@ -2,6 +2,7 @@
 // fresh child process (CHILD_PROBE) that has made no CUDA call before the probe starts.
 #include <cuda_runtime_api.h>
 
+#include <cstdlib>
 #include <stdexcept>
 #include <thread>
 
@@ -208,6 +209,39 @@ TEST_CASE("With lazy loading a kernel is loaded at its first launch; eagerly, wi
   CHECK(eager.value("lazy_mode") == "0");
   CHECK(eager.value("a_loaded_before_launch") == "1");
   CHECK(eager.value("b_loaded_after_a_launch") == "1");
+}
+
+CHILD_PROBE(first_call) {
+  const char* call = std::getenv("LESSON01_CALL");
+  lesson01::make_first_call(call ? call : "", 0);
+  report_state("", observe(0));
+  return 0;
+}
+
+TEST_CASE("Which first call creates the primary context, and which makes it current", "[gpu]") {
+  struct Expect {
+    const char* call;
+    const char* creates;
+    const char* current;
+  };
+  // cudaGetDeviceProperties is left out on purpose: the binary prints what it does, and we pin
+  // only what the documentation implies. Queries of a device's attributes need no context;
+  // memory calls need one, and make it current.
+  const Expect expected[] = {{"cudaGetDeviceCount", "0", "0"}, {"cudaDeviceGetAttribute", "0", "0"},
+                             {"cudaSetDevice", "1", "1"},      {"cudaInitDevice", "1", "0"},
+                             {"cudaMemGetInfo", "1", "1"},     {"cudaFree(0)", "1", "1"},
+                             {"cudaMalloc", "1", "1"}};
+  for (const auto& e : expected) {
+    const auto c = probe("first_call", {std::string("LESSON01_CALL=") + e.call});
+    INFO("first call: " << e.call);
+    CHECK(c.value("driver_initialised") == "1");
+    CHECK(c.value("primary_active") == e.creates);
+    CHECK(c.value("has_current") == e.current);
+  }
+}
+
+TEST_CASE("make_first_call rejects an unknown call", "[args]") {
+  CHECK_THROWS_AS(lesson01::make_first_call("cudaNoSuchCall", 0), std::invalid_argument);
 }
 
 // ---------------------------------------------------------------- exercise 1
