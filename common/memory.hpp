@@ -103,7 +103,13 @@ class PinnedBuffer {
 template <class T>
 DeviceBuffer<T> to_device(const std::vector<T>& host) {
   DeviceBuffer<T> dev(host.size());
-  if (!host.empty()) CUDA_CHECK(cudaMemcpy(dev.data(), host.data(), dev.bytes(), cudaMemcpyHostToDevice));
+  if (!host.empty()) {
+    CUDA_CHECK(cudaMemcpy(dev.data(), host.data(), dev.bytes(), cudaMemcpyHostToDevice));
+    // From pageable memory, cudaMemcpy may return once the data sits in the driver's staging
+    // buffer, before the DMA to `dev` finishes (Runtime API, "API synchronization behavior").
+    // Work on a non-blocking stream is not ordered after it, so wait for the copy's stream.
+    CUDA_CHECK(cudaStreamSynchronize(nullptr));
+  }
   return dev;
 }
 
