@@ -177,7 +177,13 @@ void part2_events(const course::DeviceInfo& info) {
     s1.synchronize();
     return v;
   };
-  CUDA_CHECK(cudaMemset(tensor.data(), 0, tensor.bytes()));
+  // cudaMemsetAsync on the producer's stream, then wait: a plain cudaMemset would run on the
+  // legacy default stream, which non-blocking streams do not wait for.
+  const auto clear_tensor = [&] {
+    CUDA_CHECK(cudaMemsetAsync(tensor.data(), 0, tensor.bytes(), s1));
+    s1.synchronize();
+  };
+  clear_tensor();
   course::Event ready(cudaEventDisableTiming);
   cs::preprocess_then_infer(tensor.data(), result.data(), 1, 7u, 10 * kMs, 0, s1, s2, ready);
   const std::uint32_t right = consumer_saw();
@@ -185,7 +191,7 @@ void part2_events(const course::DeviceInfo& info) {
               right);
   expect(right == 7u, "the consumer ordered by an event sees the producer's value");
 
-  CUDA_CHECK(cudaMemset(tensor.data(), 0, tensor.bytes()));
+  clear_tensor();
   course::Event fresh(cudaEventDisableTiming);
   CUDA_CHECK(cudaStreamWaitEvent(s2, fresh, 0));  // WRONG ORDER: nothing recorded yet
   cs::launch_spin_then_fill(tensor.data(), 1, 8u, 10 * kMs, s1);

@@ -216,7 +216,7 @@ void Pipeline::enqueue(const std::uint32_t* in, std::uint32_t* out, PipelineTrac
     throw std::invalid_argument("Pipeline::enqueue: in and out must point at n = " +
                                 std::to_string(cfg_.n) + " elements (got a null pointer)");
   }
-  if (trace != nullptr && trace->chunks() < cfg_.chunks) {
+  if (trace != nullptr && trace->chunks() != cfg_.chunks) {
     throw std::invalid_argument("Pipeline::enqueue: the trace has events for " +
                                 std::to_string(trace->chunks()) + " chunks, expected " +
                                 std::to_string(cfg_.chunks));

@@ -211,7 +211,7 @@ class Pipeline {
   // Enqueues the batch: in (n elements, pinned for overlap, pageable works but serialises) ->
   // out (n elements; may equal in). Returns without waiting unless the host memory is pageable
   // (then cudaMemcpyAsync blocks the host). Throws std::invalid_argument for null pointers with
-  // n > 0 or a trace with fewer events than chunks.
+  // n > 0 or a trace made for a different number of chunks.
   void enqueue(const std::uint32_t* in, std::uint32_t* out, PipelineTrace* trace = nullptr);
   void synchronize() const { CUDA_CHECK(cudaStreamSynchronize(origin())); }
 

@@ -315,9 +315,11 @@ TEST_CASE("launch_mix matches the CPU for sizes that are not multiples of the bl
       GENERATE(std::size_t{1}, std::size_t{255}, std::size_t{257}, std::size_t{100003});
   const int rounds = GENERATE(0, 5);
   const auto in = random_input(n, 11);
-  auto d_in = course::to_device(in);
-  course::DeviceBuffer<std::uint32_t> d_out(n);
   course::Stream stream;
+  course::DeviceBuffer<std::uint32_t> d_in(n), d_out(n);
+  // On the kernel's stream: cudaMemcpy from pageable memory may return before its DMA has landed,
+  // and a non-blocking stream is not ordered after the legacy default stream that runs it.
+  CUDA_CHECK(cudaMemcpyAsync(d_in.data(), in.data(), d_in.bytes(), cudaMemcpyHostToDevice, stream));
   cs::launch_mix(d_in.data(), d_out.data(), n, rounds, stream);
   stream.synchronize();
   CHECK(course::to_host(d_out) == cpu_reference(in, rounds));
@@ -411,14 +413,15 @@ TEST_CASE("The trace gives ordered stage ends that the timeline accepts", "[gpu]
   CHECK_NOTHROW(cs::timeline_svg({{"pipelined", 3, spans}}, "test"));
 }
 
-TEST_CASE("Pipeline::enqueue rejects null buffers and a trace that is too small",
+TEST_CASE("Pipeline::enqueue rejects null buffers and a trace for another chunk count",
           "[gpu][pipeline]") {
   cs::Pipeline pipeline({16, 4, 2, 1, 1});
   course::PinnedBuffer<std::uint32_t> buf(16);
   CHECK_THROWS_WITH(pipeline.enqueue(nullptr, buf.data()), Contains("null pointer"));
   CHECK_THROWS_AS(pipeline.enqueue(buf.data(), nullptr), std::invalid_argument);
-  cs::PipelineTrace small(3);
+  cs::PipelineTrace small(3), large(5);
   CHECK_THROWS_WITH(pipeline.enqueue(buf.data(), buf.data(), &small), Contains("expected 4"));
+  CHECK_THROWS_AS(pipeline.enqueue(buf.data(), buf.data(), &large), std::invalid_argument);
   cs::Pipeline empty({0, 4, 2, 1, 1});
   CHECK_NOTHROW(empty.enqueue(nullptr, nullptr));  // n == 0: no memory needed
   empty.synchronize();
@@ -432,9 +435,10 @@ TEST_CASE("An event orders the inference stream after a slow preprocess stream",
   const std::uint32_t value = 0x1234u;
   const int rounds = 3;
   course::DeviceBuffer<std::uint32_t> tensor(n), result(n);
-  CUDA_CHECK(cudaMemset(tensor.data(), 0, tensor.bytes()));
-  CUDA_CHECK(cudaMemset(result.data(), 0, result.bytes()));
   course::Stream preprocess, infer;
+  // On the producer's stream: a plain cudaMemset runs on the legacy default stream, which these
+  // non-blocking streams are not ordered after.
+  CUDA_CHECK(cudaMemsetAsync(tensor.data(), 0, tensor.bytes(), preprocess));
   course::Event ready(cudaEventDisableTiming);
   cs::preprocess_then_infer(tensor.data(), result.data(), n, value, kProducerSpinNs, rounds,
                             preprocess, infer, ready);

@@ -182,8 +182,9 @@ void draw_bar(std::ostringstream& svg, const Span& s, double y, double ms_to_px)
   const double w = std::max(0.5, (s.end_ms - s.start_ms) * ms_to_px);
   svg << "<rect class=\"bar " << kClass[k] << "\" x=\"" << num(x) << "\" y=\"" << num(y)
       << "\" width=\"" << num(w) << "\" height=\"" << num(kRowHeight) << "\" fill=\"" << kFill[k]
-      << "\"><title>chunk " << s.chunk << ", stream " << s.stream << ", " << stage_name(s.stage)
-      << ": " << ms_text(s.start_ms, 3) << " to " << ms_text(s.end_ms, 3) << " ms</title></rect>\n";
+      << "\" stroke=\"white\" stroke-width=\"0.5\"><title>chunk " << s.chunk << ", stream "
+      << s.stream << ", " << stage_name(s.stage) << ": " << ms_text(s.start_ms, 3) << " to "
+      << ms_text(s.end_ms, 3) << " ms</title></rect>\n";
   if (w >= 18) {
     svg << "<text x=\"" << num(x + w / 2) << "\" y=\"" << num(y + kRowHeight - 5)
         << "\" font-size=\"10\" text-anchor=\"middle\" fill=\"white\">" << s.chunk << "</text>\n";
