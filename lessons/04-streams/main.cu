@@ -304,14 +304,15 @@ void part3_pipeline(const Options& o) {
   const double host_pinned_ms = ms_since(t0);
   pipelined.synchronize();
   const cs::PipelineBound bound = cs::pipeline_bound(stages, o.chunks);
+  // Event times have a resolution of about 0.5 us: a tiny --n can measure 0.
+  const double pct_of_ideal = p.total_ms > 0 ? 100.0 * cs::fraction_of_ideal(bound, p.total_ms) : 0;
   std::printf(
       "   pipelined (%d chunks on %d streams, pinned): %.2f ms; enqueueing took the host %.2f ms\n",
       o.chunks, o.streams, p.total_ms, host_pinned_ms);
   std::printf("   ideal: longest engine %.2f ms + fill/drain %.2f ms = %.2f ms\n", bound.longest_ms,
               bound.ideal_ms - bound.longest_ms, bound.ideal_ms);
   std::printf("   speedup %.2fx of an ideal %.2fx: %.0f%% of the ideal speedup\n",
-              s.total_ms / p.total_ms, bound.ideal_speedup,
-              100.0 * cs::fraction_of_ideal(bound, p.total_ms));
+              p.total_ms > 0 ? s.total_ms / p.total_ms : 0.0, bound.ideal_speedup, pct_of_ideal);
   if (o.streams < 3)
     std::printf(
         "   (with fewer than 3 streams, at most %d chunks are in flight: the ideal assumes 3)\n",
@@ -355,7 +356,7 @@ void part3_pipeline(const Options& o) {
                   "%.0f MiB each way, %d rounds. Serial %.2f ms; %d chunks on %d streams %.2f ms; "
                   "ideal %.2f ms (%.0f%% of the ideal speedup)",
                   mib, rounds, s.total_ms, o.chunks, o.streams, p.total_ms, bound.ideal_ms,
-                  100.0 * cs::fraction_of_ideal(bound, p.total_ms));
+                  pct_of_ideal);
     const std::string svg =
         cs::timeline_svg({{"serial: 1 stream, 1 chunk", 1, cs::spans_from_chunk_times(s.chunks)},
                           {"pipelined: " + std::to_string(o.chunks) + " chunks on " +

@@ -239,8 +239,8 @@ bool is_pinned(const void* ptr) {
   if (ptr == nullptr) return false;
   cudaPointerAttributes attributes{};
   CUDA_CHECK(cudaPointerGetAttributes(&attributes, ptr));
-  return attributes.type ==
-         cudaMemoryTypeHost;  // pageable memory reports cudaMemoryTypeUnregistered
+  // Pinned: cudaMemoryTypeHost. Pageable memory reports cudaMemoryTypeUnregistered (CUDA 11+).
+  return attributes.type == cudaMemoryTypeHost;
 }
 
 namespace {
