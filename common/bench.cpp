@@ -47,11 +47,15 @@ const Ceilings& ceilings() {
   return c;
 }
 
+void report_throughput(benchmark::State& state, double bytes, double seconds_per_iteration) {
+  if (seconds_per_iteration <= 0.0) return;
+  state.counters["GB/s"] = bytes / seconds_per_iteration / 1e9;
+}
+
 void report_bandwidth(benchmark::State& state, double bytes, double seconds_per_iteration) {
   if (seconds_per_iteration <= 0.0) return;
-  const double gbps = bytes / seconds_per_iteration / 1e9;
-  state.counters["GB/s"] = gbps;
-  state.counters["%copy"] = 100.0 * gbps / ceilings().d2d_copy_gbps;
+  report_throughput(state, bytes, seconds_per_iteration);
+  state.counters["%copy"] = 100.0 * (bytes / seconds_per_iteration / 1e9) / ceilings().d2d_copy_gbps;
 }
 
 void set_baseline(const std::string& name, double gbps) { baselines()[name] = gbps; }

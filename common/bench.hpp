@@ -17,8 +17,10 @@
 #include <benchmark/benchmark.h>
 #include <cuda_runtime_api.h>
 
+#include <chrono>
 #include <cstddef>
 #include <string>
+#include <utility>
 
 #include "common/cuda_check.hpp"
 #include "common/stream.hpp"
@@ -29,18 +31,43 @@ namespace course::bench {
 void defaults(benchmark::internal::Benchmark* b);
 
 // One warm-up call, then each iteration times `enqueue()` on `stream` with CUDA events and hands
-// the seconds to Google Benchmark (UseManualTime). Returns the mean seconds per iteration.
-template <class F>
-double time_on_gpu(benchmark::State& state, cudaStream_t stream, F&& enqueue) {
+// the seconds to Google Benchmark (UseManualTime). `setup()` runs before every iteration, outside
+// the timed region (e.g. to put managed pages back on the host). Returns the mean seconds per
+// iteration.
+template <class Setup, class F>
+double time_on_gpu(benchmark::State& state, cudaStream_t stream, Setup&& setup, F&& enqueue) {
+  setup();
   enqueue();  // warm-up: first-launch costs (module loading, caches) stay out of the numbers
   CUDA_CHECK(cudaStreamSynchronize(stream));
   Event start, stop;
   double total_s = 0.0;
   for (auto _ : state) {
+    setup();
     start.record(stream);
     enqueue();
     stop.record(stream);
     const double s = elapsed_ms(start, stop) / 1e3;
+    total_s += s;
+    state.SetIterationTime(s);
+  }
+  return state.iterations() > 0 ? total_s / static_cast<double>(state.iterations()) : 0.0;
+}
+
+template <class F>
+double time_on_gpu(benchmark::State& state, cudaStream_t stream, F&& enqueue) {
+  return time_on_gpu(state, stream, [] {}, std::forward<F>(enqueue));
+}
+
+// Host wall-clock seconds of `run()`, which must finish its own GPU work: for costs paid on the
+// CPU, in the driver (allocation, launch overhead), where CUDA events do not see them.
+template <class F>
+double time_on_host(benchmark::State& state, F&& run) {
+  run();  // warm-up
+  double total_s = 0.0;
+  for (auto _ : state) {
+    const auto t0 = std::chrono::steady_clock::now();
+    run();
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     total_s += s;
     state.SetIterationTime(s);
   }
@@ -58,6 +85,10 @@ const Ceilings& ceilings();
 // Counters for a memory-bound kernel that moves `bytes` (read + written) per iteration:
 // GB/s, and % of the device-to-device copy bandwidth measured in this run.
 void report_bandwidth(benchmark::State& state, double bytes, double seconds_per_iteration);
+
+// Only the GB/s counter: for transfers whose ceiling is not device memory (PCIe/NVLink-C2C
+// host copies), where % of the device-to-device copy would mislead.
+void report_throughput(benchmark::State& state, double bytes, double seconds_per_iteration);
 
 // Records `gbps` as the library baseline under `name` (e.g. "cub") so that later benchmarks can
 // report % of it with report_vs_baseline. Baselines are registered first, so they run first.

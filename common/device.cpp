@@ -10,13 +10,11 @@
 
 namespace course {
 
-namespace {
-int attribute(cudaDeviceAttr attr, int ordinal) {
+int device_attribute(cudaDeviceAttr attr, int ordinal) {
   int value = 0;
   CUDA_CHECK(cudaDeviceGetAttribute(&value, attr, ordinal));
   return value;
 }
-}  // namespace
 
 DeviceInfo query_device(int ordinal) {
   DeviceInfo d;
@@ -25,16 +23,16 @@ DeviceInfo query_device(int ordinal) {
   CUDA_CHECK(cudaGetDeviceProperties(&prop, ordinal));
   d.name = prop.name;
   d.global_mem_bytes = prop.totalGlobalMem;
-  d.cc_major = attribute(cudaDevAttrComputeCapabilityMajor, ordinal);
-  d.cc_minor = attribute(cudaDevAttrComputeCapabilityMinor, ordinal);
-  d.sm_count = attribute(cudaDevAttrMultiProcessorCount, ordinal);
-  d.memory_clock_khz = attribute(cudaDevAttrMemoryClockRate, ordinal);
-  d.memory_bus_bits = attribute(cudaDevAttrGlobalMemoryBusWidth, ordinal);
-  d.l2_cache_bytes = attribute(cudaDevAttrL2CacheSize, ordinal);
-  d.max_threads_per_block = attribute(cudaDevAttrMaxThreadsPerBlock, ordinal);
-  d.max_threads_per_sm = attribute(cudaDevAttrMaxThreadsPerMultiProcessor, ordinal);
-  d.shared_mem_per_block_optin = attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin, ordinal);
-  d.warp_size = attribute(cudaDevAttrWarpSize, ordinal);
+  d.cc_major = device_attribute(cudaDevAttrComputeCapabilityMajor, ordinal);
+  d.cc_minor = device_attribute(cudaDevAttrComputeCapabilityMinor, ordinal);
+  d.sm_count = device_attribute(cudaDevAttrMultiProcessorCount, ordinal);
+  d.memory_clock_khz = device_attribute(cudaDevAttrMemoryClockRate, ordinal);
+  d.memory_bus_bits = device_attribute(cudaDevAttrGlobalMemoryBusWidth, ordinal);
+  d.l2_cache_bytes = device_attribute(cudaDevAttrL2CacheSize, ordinal);
+  d.max_threads_per_block = device_attribute(cudaDevAttrMaxThreadsPerBlock, ordinal);
+  d.max_threads_per_sm = device_attribute(cudaDevAttrMaxThreadsPerMultiProcessor, ordinal);
+  d.shared_mem_per_block_optin = device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin, ordinal);
+  d.warp_size = device_attribute(cudaDevAttrWarpSize, ordinal);
   return d;
 }
 

@@ -1,6 +1,8 @@
 // What GPU is this, and is there one at all?
 #pragma once
 
+#include <cuda_runtime_api.h>
+
 #include <cstddef>
 #include <string>
 
@@ -32,6 +34,9 @@ struct DeviceInfo {
     return std::to_string(cc_major) + "." + std::to_string(cc_minor);
   }
 };
+
+// One cudaDeviceGetAttribute value of device `ordinal`. Throws CudaError.
+int device_attribute(cudaDeviceAttr attr, int ordinal);
 
 // Queries device `ordinal`. Throws CudaError for an invalid ordinal or no driver.
 DeviceInfo query_device(int ordinal = 0);

@@ -39,46 +39,6 @@ namespace cb = course::bench;
 constexpr std::size_t KiB = 1024, MiB = 1024 * KiB;
 constexpr std::size_t kMaxTransfer = 256 * MiB;
 
-// ------------------------------------------------------ timing the harness does not offer (yet)
-
-// cb::time_on_gpu with an untimed `setup()` before every timed `enqueue()`: the managed-memory
-// runs must put the frame's pages back on the host before each iteration.
-template <class Setup, class F>
-double time_on_gpu_with_setup(benchmark::State& state, cudaStream_t stream, Setup&& setup,
-                              F&& enqueue) {
-  setup();
-  enqueue();
-  CUDA_CHECK(cudaStreamSynchronize(stream));
-  course::Event start, stop;
-  double total_s = 0.0;
-  for (auto _ : state) {
-    setup();
-    start.record(stream);
-    enqueue();
-    stop.record(stream);
-    const double s = course::elapsed_ms(start, stop) / 1e3;
-    total_s += s;
-    state.SetIterationTime(s);
-  }
-  return state.iterations() > 0 ? total_s / static_cast<double>(state.iterations()) : 0.0;
-}
-
-// Host wall-clock seconds of `run()` (which finishes its GPU work itself): allocation costs are
-// paid on the CPU, in the driver, where CUDA events do not see them.
-template <class F>
-double time_on_host(benchmark::State& state, F&& run) {
-  run();
-  double total_s = 0.0;
-  for (auto _ : state) {
-    const auto t0 = std::chrono::steady_clock::now();
-    run();
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    total_s += s;
-    state.SetIterationTime(s);
-  }
-  return state.iterations() > 0 ? total_s / static_cast<double>(state.iterations()) : 0.0;
-}
-
 double gbps(double bytes, double seconds) {
   return seconds > 0.0 ? bytes / seconds / 1e9 : 0.0;
 }
@@ -104,7 +64,7 @@ void BM_transfer(benchmark::State& state, HostKind kind, Direction direction) {
   course::Stream stream;
   const double s = cb::time_on_gpu(
       state, stream, [&] { copy_async(host->data(), b.device->data(), bytes, direction, stream); });
-  state.counters["GB/s"] = gbps(static_cast<double>(bytes), s);
+  cb::report_throughput(state, static_cast<double>(bytes), s);
 }
 
 // ----------------------------------------------------------------------------- preprocessing
@@ -170,7 +130,7 @@ void BM_preprocess(benchmark::State& state, Input input) {
         break;
     }
   };
-  const double s = time_on_gpu_with_setup(state, stream, setup, enqueue);
+  const double s = cb::time_on_gpu(state, stream, setup, enqueue);
   const double rate = gbps(static_cast<double>(n), s);
   state.counters["GB/s"] = rate;
   if (input == Input::device_resident) cb::set_baseline("device_resident", rate);
@@ -183,7 +143,7 @@ void BM_alloc(benchmark::State& state, AllocStrategy strategy) {
   const auto bytes = static_cast<std::size_t>(state.range(0));
   course::Stream stream;
   MemPool retaining(0, std::numeric_limits<std::uint64_t>::max());
-  time_on_host(state, [&] { alloc_use_free(strategy, bytes, stream, &retaining); });
+  cb::time_on_host(state, [&] { alloc_use_free(strategy, bytes, stream, &retaining); });
 }
 
 // ------------------------------------------------------------------------------- transpose

@@ -14,15 +14,11 @@
 #include <utility>
 #include <vector>
 
+#include "common/device.hpp"
+
 namespace lesson02 {
 
 namespace {
-int attribute(cudaDeviceAttr attr, int device) {
-  int value = 0;
-  CUDA_CHECK(cudaDeviceGetAttribute(&value, attr, device));
-  return value;
-}
-
 // Threads per block of the 1D kernels: a multiple of the warp size, small enough that a few
 // blocks fit on every SM.
 constexpr int kThreads = 256;
@@ -43,20 +39,20 @@ void require(bool ok, const std::string& message) {
 
 MemoryFacts query_memory_facts(int device) {
   MemoryFacts f;
-  f.unified_addressing = attribute(cudaDevAttrUnifiedAddressing, device) != 0;
-  f.can_map_host_memory = attribute(cudaDevAttrCanMapHostMemory, device) != 0;
-  f.pageable_memory_access = attribute(cudaDevAttrPageableMemoryAccess, device) != 0;
-  f.concurrent_managed_access = attribute(cudaDevAttrConcurrentManagedAccess, device) != 0;
-  f.memory_pools_supported = attribute(cudaDevAttrMemoryPoolsSupported, device) != 0;
-  f.host_register_supported = attribute(cudaDevAttrHostRegisterSupported, device) != 0;
+  f.unified_addressing = course::device_attribute(cudaDevAttrUnifiedAddressing, device) != 0;
+  f.can_map_host_memory = course::device_attribute(cudaDevAttrCanMapHostMemory, device) != 0;
+  f.pageable_memory_access = course::device_attribute(cudaDevAttrPageableMemoryAccess, device) != 0;
+  f.concurrent_managed_access = course::device_attribute(cudaDevAttrConcurrentManagedAccess, device) != 0;
+  f.memory_pools_supported = course::device_attribute(cudaDevAttrMemoryPoolsSupported, device) != 0;
+  f.host_register_supported = course::device_attribute(cudaDevAttrHostRegisterSupported, device) != 0;
   f.host_pointer_for_registered =
-      attribute(cudaDevAttrCanUseHostPointerForRegisteredMem, device) != 0;
-  f.async_engine_count = attribute(cudaDevAttrAsyncEngineCount, device);
+      course::device_attribute(cudaDevAttrCanUseHostPointerForRegisteredMem, device) != 0;
+  f.async_engine_count = course::device_attribute(cudaDevAttrAsyncEngineCount, device);
   f.total_constant_bytes =
-      static_cast<std::size_t>(attribute(cudaDevAttrTotalConstantMemory, device));
-  f.shared_per_block_bytes = attribute(cudaDevAttrMaxSharedMemoryPerBlock, device);
-  f.shared_per_block_optin_bytes = attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
-  f.shared_per_sm_bytes = attribute(cudaDevAttrMaxSharedMemoryPerMultiprocessor, device);
+      static_cast<std::size_t>(course::device_attribute(cudaDevAttrTotalConstantMemory, device));
+  f.shared_per_block_bytes = course::device_attribute(cudaDevAttrMaxSharedMemoryPerBlock, device);
+  f.shared_per_block_optin_bytes = course::device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+  f.shared_per_sm_bytes = course::device_attribute(cudaDevAttrMaxSharedMemoryPerMultiprocessor, device);
   return f;
 }
 
