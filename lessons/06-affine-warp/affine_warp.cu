@@ -201,10 +201,7 @@ __global__ void hwc_u8_to_chw_f32_kernel(const std::uint8_t* __restrict__ src, i
   if (x >= w || y >= h) return;
   const std::size_t plane = static_cast<std::size_t>(w) * h;
   const std::size_t i = static_cast<std::size_t>(y) * w + x;
-  const std::uint8_t* px = src + 3 * i;
-  dst[i] = normalize_value(px[2], t, 0);  // BGR -> RGB: plane 0 is red, channel 2
-  dst[plane + i] = normalize_value(px[1], t, 1);
-  dst[2 * plane + i] = normalize_value(px[0], t, 2);
+  store_rgb_planar(dst, plane, i, src + 3 * i, t);
 }
 
 // ---- v2: fused. The same sample as v1, but the thread swaps BGR -> RGB, normalises and writes
@@ -217,10 +214,7 @@ __global__ void letterbox_v2_fused_kernel(ImageView src, Affine2x3 inv, float* _
   std::uint8_t bgr[3];
   warp_pixel_bgr(src, inv, x, y, kPadValue, bgr);
   const std::size_t plane = static_cast<std::size_t>(dst_w) * dst_h;
-  const std::size_t i = static_cast<std::size_t>(y) * dst_w + x;
-  dst[i] = normalize_value(bgr[2], t, 0);
-  dst[plane + i] = normalize_value(bgr[1], t, 1);
-  dst[2 * plane + i] = normalize_value(bgr[0], t, 2);
+  store_rgb_planar(dst, plane, static_cast<std::size_t>(y) * dst_w + x, bgr, t);
 }
 
 // ---- v3: four neighbouring pixels per thread. The row terms of the source position are the
@@ -464,10 +458,7 @@ std::vector<float> letterbox_reference(const ImageView& src, int dst_w, int dst_
     for (int x = 0; x < dst_w; ++x) {
       std::uint8_t bgr[3];
       warp_pixel_bgr(src, p.inv, x, y, kPadValue, bgr);
-      const std::size_t i = static_cast<std::size_t>(y) * dst_w + x;
-      out[i] = normalize_value(bgr[2], t, 0);
-      out[plane + i] = normalize_value(bgr[1], t, 1);
-      out[2 * plane + i] = normalize_value(bgr[0], t, 2);
+      store_rgb_planar(out.data(), plane, static_cast<std::size_t>(y) * dst_w + x, bgr, t);
     }
   }
   return out;

@@ -94,6 +94,14 @@ __host__ __device__ inline float normalize_value(std::uint8_t v, const ChannelTr
 #endif
 }
 
+// The planar write of one pixel: BGR -> RGB, normalised, value c at dst[c * plane + i] (CHW,
+// plane = H * W, i = y * W + x).
+__host__ __device__ inline void store_rgb_planar(float* dst, std::size_t plane, std::size_t i,
+                                                 const std::uint8_t bgr[3],
+                                                 const ChannelTransform& t) {
+  for (int c = 0; c < 3; ++c) dst[c * plane + i] = normalize_value(bgr[2 - c], t, c);
+}
+
 // The padding grey of YOLO-style letterboxing.
 constexpr std::uint8_t kPadValue = 114;
 // OpenCV's coordinate limit: remap() stores source positions as 16-bit integers.
