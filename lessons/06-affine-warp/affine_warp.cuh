@@ -1,0 +1,352 @@
+// Lesson 06: the affine warp behind every detector's preprocessing (the "letterbox").
+//
+// A camera frame (H x W x 3 uint8 BGR, any size, rows possibly padded) becomes the network input
+// (3 x 640 x 640 float RGB, planar, normalised) with its aspect ratio kept and the rest padded
+// with grey 114. The kernels, in the order the lesson teaches them (affine_warp.cu):
+//
+//   v1 warp_affine_v1           one thread per output pixel, any 2x3 matrix, writes HWC uint8 BGR:
+//                               what cv::warpAffine produces, checked against it
+//   -- hwc_u8_to_chw_f32        the second half of the unfused GPU path: BGR->RGB, /255,
+//                               mean/std, HWC->CHW, as a separate pass over an intermediate image
+//   v2 letterbox_v2_fused       warp + BGR->RGB + normalise + planar CHW float in one pass:
+//                               the intermediate image never exists
+//   v3 letterbox_v3_vec4        v2 with 4 neighbouring pixels per thread: one 16-byte store per
+//                               plane instead of four 4-byte stores, row terms computed once
+//   v4 letterbox_v4_batched     v3 for a batch of frames of different sizes into one NCHW
+//                               tensor, one launch per 32 frames (descriptors as kernel parameters)
+//
+// Semantics (the course's DESIGN.md, "Semantics"): s = min(dst_w/src_w, dst_h/src_h); the image
+// is centred; padding 114; destination pixel centres map to source pixel centres (the
+// half-pixel terms); bilinear with a constant border. The sampling reproduces OpenCV's
+// fixed-point cv::warpAffine (INTER_LINEAR, BORDER_CONSTANT) exactly: source positions on a
+// 1/32-pixel grid, integer weights. The oracle is cv::warpAffine with the matrix
+// letterbox_matrix() returns; the tolerance is 1 grey level on uint8 output.
+#pragma once
+
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace lesson06 {
+
+// ------------------------------------------------------------------------------------ types
+
+// An interleaved 8-bit image in host or device memory: row y starts at data + y * pitch bytes,
+// pixel x of that row at + 3 * x, channels in B, G, R order. pitch >= 3 * width (a region of a
+// larger image, or rows padded by cudaMallocPitch, has pitch > 3 * width).
+struct ImageView {
+  const std::uint8_t* data = nullptr;
+  int width = 0;
+  int height = 0;
+  int channels = 3;       // must be 3; kept so that a 1- or 4-channel image is rejected clearly
+  std::size_t pitch = 0;  // bytes from one row to the next
+};
+
+// A 2x3 affine matrix, row-major: x' = m[0] x + m[1] y + m[2], y' = m[3] x + m[4] y + m[5].
+// The same layout as a 2x3 CV_64F cv::Mat, so cv::Mat(2, 3, CV_64F, a.m) wraps it.
+struct Affine2x3 {
+  double m[6];
+};
+
+// The letterbox geometry of one frame. Continuous ("edge") coordinates: pixel i covers [i, i+1].
+struct Letterbox {
+  int src_w = 0, src_h = 0;  // source image, pixels
+  int dst_w = 0, dst_h = 0;  // network input, pixels
+  double scale = 0.0;        // s = min(dst_w / src_w, dst_h / src_h)
+  double pad_x = 0.0;        // left padding, (dst_w - s * src_w) / 2; may be fractional
+  double pad_y = 0.0;        // top padding,  (dst_h - s * src_h) / 2
+};
+
+// An axis-aligned box in continuous pixel coordinates (no "+1"): x1 <= x2, y1 <= y2.
+struct Box {
+  float x1, y1, x2, y2;
+};
+
+// Network-input normalisation, per channel in RGB order: out = (v / 255 - mean) / std.
+// The default is plain 1/255 scaling.
+struct Normalize {
+  float mean[3] = {0.0f, 0.0f, 0.0f};
+  float std[3] = {1.0f, 1.0f, 1.0f};
+};
+inline Normalize imagenet_normalize() {
+  return {{0.485f, 0.456f, 0.406f}, {0.229f, 0.224f, 0.225f}};
+}
+
+// The per-channel transform the kernels apply, precomputed on the host from Normalize:
+// out[c] = v * scale[c] + bias[c] with scale = 1 / (255 std), bias = -mean / std (RGB order).
+struct ChannelTransform {
+  float scale[3];
+  float bias[3];
+};
+ChannelTransform channel_transform(const Normalize& norm);
+
+// One network-input value from an 8-bit channel value; c indexes R, G, B. One rounding (an FMA)
+// on the host and the device alike, so the CPU reference and the kernels agree bit for bit.
+__host__ __device__ inline float normalize_value(std::uint8_t v, const ChannelTransform& t, int c) {
+#ifdef __CUDA_ARCH__
+  return __fmaf_rn(static_cast<float>(v), t.scale[c], t.bias[c]);
+#else
+  return std::fma(static_cast<float>(v), t.scale[c], t.bias[c]);
+#endif
+}
+
+// The planar write of one pixel: BGR -> RGB, normalised, value c at dst[c * plane + i] (CHW,
+// plane = H * W, i = y * W + x).
+__host__ __device__ inline void store_rgb_planar(float* dst, std::size_t plane, std::size_t i,
+                                                 const std::uint8_t bgr[3],
+                                                 const ChannelTransform& t) {
+  for (int c = 0; c < 3; ++c) dst[c * plane + i] = normalize_value(bgr[2 - c], t, c);
+}
+
+// The padding grey of YOLO-style letterboxing.
+constexpr std::uint8_t kPadValue = 114;
+// OpenCV's coordinate limit: remap() stores source positions as 16-bit integers.
+constexpr int kMaxDimension = 32766;
+
+// ----------------------------------------------------------------- geometry (host, validated)
+
+// The letterbox of a src_w x src_h frame into a dst_w x dst_h network input.
+// Throws std::invalid_argument if a size is not in [1, kMaxDimension].
+Letterbox make_letterbox(int src_w, int src_h, int dst_w, int dst_h);
+
+// ---------------------------------------------- per-pixel math (__host__ __device__, CPU-tested)
+
+// EXERCISE 1. The forward letterbox matrix, source pixel -> network-input pixel, in pixel-index
+// coordinates (pixel centres at integers), which is what cv::warpAffine expects:
+//   [ s  0  pad_x + s/2 - 1/2 ]
+//   [ 0  s  pad_y + s/2 - 1/2 ]
+// The "+ s/2 - 1/2" terms map pixel centres to pixel centres (continuous u = x + 1/2 on both
+// sides of u_dst = s * u_src + pad). half_pixel = false leaves them out: the classic bug that
+// shifts the image by (1 - s)/2 pixels; the lesson binary shows it.
+__host__ __device__ Affine2x3 letterbox_matrix(const Letterbox& lb, bool half_pixel = true);
+
+// EXERCISE 1. The inverse of a 2x3 affine map (OpenCV's formula, cv::invertAffineTransform):
+// D = 1 / (a e - b d), then the 2x2 inverse and -inverse * translation. A singular matrix gives
+// all zeros, as in OpenCV. The kernels need the inverse: each thread starts from its destination
+// pixel and asks where in the source it comes from ("inverse mapping").
+__host__ __device__ Affine2x3 invert_affine(const Affine2x3& a);
+
+// A point through an affine map, in double precision.
+__host__ __device__ inline void apply_affine(const Affine2x3& a, double x, double y, double* out_x,
+                                             double* out_y) {
+  *out_x = a.m[0] * x + a.m[1] * y + a.m[2];
+  *out_y = a.m[3] * x + a.m[4] * y + a.m[5];
+}
+
+// OpenCV's sub-pixel grid (imgproc: INTER_BITS = 5, AB_BITS = 10, INTER_REMAP_COEF_BITS = 15).
+constexpr int kSubpixelBits = 5;                    // positions in 1/32 pixel
+constexpr int kSubpixelSteps = 1 << kSubpixelBits;  // 32
+constexpr int kCoordBits = 10;                      // the matrix terms, in 1/1024 pixel
+constexpr int kWeightBits = 2 * kSubpixelBits;      // bilinear weights sum to 1 << 10
+
+// A source position in 1/32 pixel: pixel x >> 5, fraction (x & 31) / 32 (floor for negatives).
+struct SubpixelPos {
+  int x, y;
+};
+
+namespace detail {
+// Round-to-nearest-even double -> int, and double products/sums that are never fused into an
+// FMA: OpenCV computes these on the CPU as separate roundings, and the grid below turns a
+// last-bit difference into a different 1/32 cell. nvcc contracts a*b+c into an FMA by default
+// (--fmad=true), so the device side spells the rounding out with intrinsics.
+__host__ __device__ inline int round_to_int(double v) {
+#ifdef __CUDA_ARCH__
+  return __double2int_rn(v);
+#else
+  return static_cast<int>(std::lrint(v));
+#endif
+}
+__host__ __device__ inline double mul_rn(double a, double b) {
+#ifdef __CUDA_ARCH__
+  return __dmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+__host__ __device__ inline double add_rn(double a, double b) {
+#ifdef __CUDA_ARCH__
+  return __dadd_rn(a, b);
+#else
+  return a + b;
+#endif
+}
+__host__ __device__ inline std::uint8_t load_u8(const std::uint8_t* p) {
+#ifdef __CUDA_ARCH__
+  return __ldg(p);  // the read-only data path: the four taps of neighbouring threads overlap
+#else
+  return *p;
+#endif
+}
+}  // namespace detail
+
+// Where destination pixel (x, y) samples the source, on OpenCV's 1/32 grid, given the inverse
+// (destination -> source) matrix. Reproduces cv::warpAffine's fixed-point arithmetic bit for
+// bit: each term is rounded to 1/1024 pixel, the sum to 1/32 (the +16 rounds to nearest).
+// FP64 on purpose: OpenCV computes the terms in double. On GPUs with slow FP64 (GeForce) this
+// costs a few FP64 operations per pixel; the kernels stay memory-bound.
+__host__ __device__ inline SubpixelPos source_position(const Affine2x3& inv, int x, int y) {
+  using detail::add_rn;
+  using detail::mul_rn;
+  using detail::round_to_int;
+  const double scale = static_cast<double>(1 << kCoordBits);
+  const int round_half = 1 << (kCoordBits - kSubpixelBits - 1);  // 16: round, not floor
+  const double xd = static_cast<double>(x), yd = static_cast<double>(y);
+  // The x term depends on the column only, the row term on the row only (OpenCV tabulates them).
+  const int ax = round_to_int(mul_rn(mul_rn(inv.m[0], xd), scale));
+  const int ay = round_to_int(mul_rn(mul_rn(inv.m[3], xd), scale));
+  const int row_x = round_to_int(mul_rn(add_rn(mul_rn(inv.m[1], yd), inv.m[2]), scale));
+  const int row_y = round_to_int(mul_rn(add_rn(mul_rn(inv.m[4], yd), inv.m[5]), scale));
+  // Arithmetic shifts: floor division, also for positions left of / above the image.
+  return {(row_x + round_half + ax) >> (kCoordBits - kSubpixelBits),
+          (row_y + round_half + ay) >> (kCoordBits - kSubpixelBits)};
+}
+
+// Bilinear sample of a BGR image at a 1/32-grid position, with a constant border: taps outside
+// the image read `border`. Integer weights (32 - fx)(32 - fy), fx (32 - fy), ... sum to 1024, so
+// the result is (sum + 512) >> 10: exactly OpenCV's INTER_LINEAR on 8-bit images (its 15-bit
+// weights are these times 32). out: B, G, R.
+__host__ __device__ inline void bilinear_sample_bgr(const ImageView& src, SubpixelPos p,
+                                                    std::uint8_t border, std::uint8_t out[3]) {
+  const int sx = p.x >> kSubpixelBits, sy = p.y >> kSubpixelBits;
+  const int fx = p.x & (kSubpixelSteps - 1), fy = p.y & (kSubpixelSteps - 1);
+  const int w[4] = {(kSubpixelSteps - fx) * (kSubpixelSteps - fy), fx * (kSubpixelSteps - fy),
+                    (kSubpixelSteps - fx) * fy, fx * fy};
+  const int tx[4] = {sx, sx + 1, sx, sx + 1};
+  const int ty[4] = {sy, sy, sy + 1, sy + 1};
+  int acc[3] = {0, 0, 0};
+  for (int t = 0; t < 4; ++t) {
+    const bool inside = tx[t] >= 0 && tx[t] < src.width && ty[t] >= 0 && ty[t] < src.height;
+    const std::uint8_t* px =
+        inside ? src.data + static_cast<std::size_t>(ty[t]) * src.pitch + 3 * tx[t] : nullptr;
+    for (int c = 0; c < 3; ++c) acc[c] += w[t] * (inside ? detail::load_u8(px + c) : border);
+  }
+  for (int c = 0; c < 3; ++c) {
+    out[c] = static_cast<std::uint8_t>((acc[c] + (1 << (kWeightBits - 1))) >> kWeightBits);
+  }
+}
+
+// One destination pixel of a warp: where it samples, then the sample. The kernels are loops
+// around this; the CPU reference is the same loop on the host.
+__host__ __device__ inline void warp_pixel_bgr(const ImageView& src, const Affine2x3& inv, int x,
+                                               int y, std::uint8_t border, std::uint8_t out[3]) {
+  bilinear_sample_bgr(src, source_position(inv, x, y), border, out);
+}
+
+// EXERCISE 2. bilinear_sample_bgr with a replicated border (cv::BORDER_REPLICATE): a tap
+// outside the image reads the nearest edge pixel (coordinates clamped to [0, w-1] x [0, h-1]).
+// This is what cv::resize does at the edges, so upscaling does not bleed grey into the image.
+__host__ __device__ void bilinear_sample_bgr_replicate(const ImageView& src, SubpixelPos p,
+                                                       std::uint8_t out[3]);
+
+// A box in network-input coordinates, from one in source coordinates: u' = s u + pad.
+__host__ __device__ inline Box letterbox_box(const Box& b, const Letterbox& lb) {
+  const double s = lb.scale;
+  return {static_cast<float>(s * b.x1 + lb.pad_x), static_cast<float>(s * b.y1 + lb.pad_y),
+          static_cast<float>(s * b.x2 + lb.pad_x), static_cast<float>(s * b.y2 + lb.pad_y)};
+}
+
+// EXERCISE 3. A detection from network-input coordinates back to the source image:
+// u = (u' - pad) / s, clamped to [0, src_w] x [0, src_h] (a box can reach into the padding).
+__host__ __device__ Box unletterbox_box(const Box& b, const Letterbox& lb);
+
+// ----------------------------------------------------------------- device images (host side)
+
+// A BGR image in device memory with rows padded by cudaMallocPitch, so that every row starts
+// at an aligned address. Move-only; frees in the destructor.
+class DeviceImage {
+ public:
+  DeviceImage() = default;
+  DeviceImage(int width, int height);  // throws std::invalid_argument for a size < 1
+  ~DeviceImage();
+  DeviceImage(const DeviceImage&) = delete;
+  DeviceImage& operator=(const DeviceImage&) = delete;
+  DeviceImage(DeviceImage&& other) noexcept;
+  DeviceImage& operator=(DeviceImage&& other) noexcept;
+
+  ImageView view() const { return {data_, width_, height_, 3, pitch_}; }
+  std::uint8_t* data() noexcept { return data_; }
+  std::size_t pitch() const noexcept { return pitch_; }
+  int width() const noexcept { return width_; }
+  int height() const noexcept { return height_; }
+
+  // Copies a host image of the same size in (cudaMemcpy2DAsync: any source pitch).
+  void upload(const ImageView& host, cudaStream_t stream = nullptr);
+
+ private:
+  void reset() noexcept;
+  std::uint8_t* data_ = nullptr;
+  std::size_t pitch_ = 0;
+  int width_ = 0, height_ = 0;
+};
+
+// ------------------------------------------------------------------------ launchers (async)
+//
+// All launchers validate first and throw std::invalid_argument (empty or null source, not 3
+// channels, pitch < 3 * width, target size < 1 or > kMaxDimension, null destination, std <= 0),
+// before any CUDA call; then they enqueue on `stream` and return (CUDA errors: course::CudaError).
+// Sources are device images; destinations device buffers of the stated size.
+
+// v1: a general affine warp. dst: dst_h x dst_w x 3 uint8 BGR, contiguous (pitch 3 * dst_w).
+// dst_to_src is the INVERSE matrix (destination pixel -> source position).
+void warp_affine_v1(const ImageView& src, const Affine2x3& dst_to_src, std::uint8_t* dst, int dst_w,
+                    int dst_h, std::uint8_t border, cudaStream_t stream = nullptr);
+
+// v1 as a letterbox: make_letterbox + invert_affine(letterbox_matrix) + warp_affine_v1 (border
+// 114).
+Letterbox letterbox_v1_u8(const ImageView& src, std::uint8_t* dst, int dst_w, int dst_h,
+                          cudaStream_t stream = nullptr);
+
+// The unfused second pass: src h x w x 3 uint8 BGR contiguous -> dst 3 x h x w float RGB,
+// (v / 255 - mean) / std.
+void hwc_u8_to_chw_f32(const std::uint8_t* src, int w, int h, float* dst, const Normalize& norm,
+                       cudaStream_t stream = nullptr);
+
+// v2, v3: the fused letterbox. dst: 3 x dst_h x dst_w float RGB planar (what a TensorRT engine
+// with a 1x3xHxW input binding reads). Returns the geometry, for mapping boxes back.
+Letterbox letterbox_v2_fused(const ImageView& src, float* dst, int dst_w, int dst_h,
+                             const Normalize& norm = {}, cudaStream_t stream = nullptr);
+Letterbox letterbox_v3_vec4(const ImageView& src, float* dst, int dst_w, int dst_h,
+                            const Normalize& norm = {}, cudaStream_t stream = nullptr);
+
+// v4: frames of any sizes -> dst: N x 3 x dst_h x dst_w float RGB (frame n at n * 3 * dst_h *
+// dst_w). One launch per kMaxFramesPerLaunch frames. An empty batch enqueues nothing.
+constexpr int kMaxFramesPerLaunch = 32;
+std::vector<Letterbox> letterbox_v4_batched(const std::vector<ImageView>& frames, float* dst,
+                                            int dst_w, int dst_h, const Normalize& norm = {},
+                                            cudaStream_t stream = nullptr);
+
+// EXERCISE 4. The fused letterbox writing FP16 (__half) planar RGB: the input of an engine
+// built with an FP16 input binding. Same layout and values as v2, rounded to half.
+Letterbox letterbox_fp16(const ImageView& src, __half* dst, int dst_w, int dst_h,
+                         const Normalize& norm = {}, cudaStream_t stream = nullptr);
+
+// ------------------------------------------------------------------------ CPU references
+
+// The per-pixel function on the host, for a HOST image: dst_h x dst_w x 3 uint8 BGR.
+std::vector<std::uint8_t> warp_affine_reference(const ImageView& src, const Affine2x3& dst_to_src,
+                                                int dst_w, int dst_h, std::uint8_t border);
+
+// For comparison only: the textbook bilinear warp with exact (double) source positions and
+// weights, rounded to nearest at the end. Not OpenCV's result: on sharp detail it differs from
+// cv::warpAffine (<= 4.10) by several grey levels; the lesson binary and a test measure it.
+std::vector<std::uint8_t> warp_affine_float_reference(const ImageView& src,
+                                                      const Affine2x3& dst_to_src, int dst_w,
+                                                      int dst_h, std::uint8_t border);
+
+// The fused letterbox on the host, for a HOST image: 3 x dst_h x dst_w float RGB.
+std::vector<float> letterbox_reference(const ImageView& src, int dst_w, int dst_h,
+                                       const Normalize& norm = {});
+
+// ------------------------------------------------------------------------ validation
+
+// The checks every launcher runs first (exposed for the OpenCV pipeline and the tests).
+// `who` prefixes the message, e.g. "letterbox_v2_fused: expected a 3-channel BGR image, got 4".
+void validate_source(const ImageView& src, const char* who);
+void validate_target(int dst_w, int dst_h, const char* who);
+void validate_normalize(const Normalize& norm, const char* who);
+
+}  // namespace lesson06

@@ -1,0 +1,75 @@
+#include "cpu_pipeline.hpp"
+
+#include <opencv2/imgproc.hpp>
+
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace lesson06 {
+
+ImageView view_of(const cv::Mat& bgr) {
+  if (bgr.empty()) throw std::invalid_argument("view_of: the image is empty; expected a BGR image");
+  if (bgr.depth() != CV_8U) {
+    throw std::invalid_argument("view_of: expected 8-bit unsigned pixels (CV_8U), got depth " +
+                                std::to_string(bgr.depth()) + " (" + cv::typeToString(bgr.type()) +
+                                ")");
+  }
+  if (bgr.channels() != 3) {
+    throw std::invalid_argument("view_of: expected a 3-channel BGR image, got " +
+                                std::to_string(bgr.channels()) + " channels");
+  }
+  return {bgr.ptr<std::uint8_t>(), bgr.cols, bgr.rows, 3, bgr.step[0]};
+}
+
+cv::Mat mat_of(const ImageView& host) {
+  validate_source(host, "mat_of");
+  return cv::Mat(host.height, host.width, CV_8UC3, const_cast<std::uint8_t*>(host.data),
+                 host.pitch);
+}
+
+namespace {
+void warp_letterbox(const cv::Mat& bgr, const Letterbox& lb, cv::Mat& out) {
+  Affine2x3 forward = letterbox_matrix(lb);
+  const cv::Mat m(2, 3, CV_64F, forward.m);
+  cv::warpAffine(bgr, out, m, cv::Size(lb.dst_w, lb.dst_h), cv::INTER_LINEAR, cv::BORDER_CONSTANT,
+                 cv::Scalar::all(kPadValue));
+}
+}  // namespace
+
+cv::Mat letterbox_opencv(const cv::Mat& bgr, int dst_w, int dst_h) {
+  const ImageView v = view_of(bgr);
+  validate_target(dst_w, dst_h, "letterbox_opencv");
+  cv::Mat out;
+  warp_letterbox(bgr, make_letterbox(v.width, v.height, dst_w, dst_h), out);
+  return out;
+}
+
+Letterbox OpenCvPreprocessor::run(const cv::Mat& bgr, int dst_w, int dst_h, const Normalize& norm,
+                                  float* dst) {
+  const ImageView v = view_of(bgr);
+  validate_target(dst_w, dst_h, "OpenCvPreprocessor::run");
+  validate_normalize(norm, "OpenCvPreprocessor::run");
+  if (dst == nullptr) throw std::invalid_argument("OpenCvPreprocessor::run: dst is null");
+  const Letterbox lb = make_letterbox(v.width, v.height, dst_w, dst_h);
+
+  warp_letterbox(bgr, lb, boxed_);
+  cv::cvtColor(boxed_, rgb_, cv::COLOR_BGR2RGB);
+  rgb_.convertTo(f32_, CV_32FC3, 1.0 / 255.0);
+  const bool plain = norm.mean[0] == 0.0f && norm.mean[1] == 0.0f && norm.mean[2] == 0.0f &&
+                     norm.std[0] == 1.0f && norm.std[1] == 1.0f && norm.std[2] == 1.0f;
+  if (!plain) {
+    cv::subtract(f32_, cv::Scalar(norm.mean[0], norm.mean[1], norm.mean[2]), f32_);
+    cv::divide(f32_, cv::Scalar(norm.std[0], norm.std[1], norm.std[2]), f32_);
+  }
+  // split() writes into Mats that already have the right size and type without reallocating:
+  // here, headers over the three planes of dst.
+  const std::size_t plane = static_cast<std::size_t>(dst_w) * dst_h;
+  std::vector<cv::Mat> planes = {cv::Mat(dst_h, dst_w, CV_32F, dst),
+                                 cv::Mat(dst_h, dst_w, CV_32F, dst + plane),
+                                 cv::Mat(dst_h, dst_w, CV_32F, dst + 2 * plane)};
+  cv::split(f32_, planes);
+  return lb;
+}
+
+}  // namespace lesson06

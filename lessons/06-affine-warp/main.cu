@@ -1,0 +1,363 @@
+// Lesson 06: letterbox preprocessing on the GPU, checked against OpenCV.
+//
+//   lesson06 [--image FILE.ppm] [--size WxH] [--out DIR] [--help]
+//
+// Takes a frame (a generated 1920x1080 test pattern, or a binary PPM), letterboxes it to the
+// network input with each kernel version, compares every result with OpenCV, shows what the
+// half-pixel terms are for, maps a box back, times the versions against the OpenCV CPU
+// pipeline, and writes PNGs of the result. Exits 0 when every check passes.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <opencv2/core.hpp>
+#include <opencv2/imgproc.hpp>
+
+#include "affine_warp.cuh"
+#include "common/cuda_check.hpp"
+#include "common/device.hpp"
+#include "common/memory.hpp"
+#include "common/process.hpp"
+#include "common/stream.hpp"
+#include "cpu_pipeline.hpp"
+#include "image_io.hpp"
+
+using namespace lesson06;
+
+namespace {
+
+struct Options {
+  std::string image;  // empty: generate the test pattern
+  int width = 640, height = 640;
+  std::string out_dir;  // empty: next to this executable
+};
+
+void print_usage(const char* argv0) {
+  std::printf(
+      "usage: %s [--image FILE.ppm] [--size WxH] [--out DIR]\n"
+      "  --image FILE.ppm  letterbox this binary PPM (P6) instead of the generated 1920x1080\n"
+      "                    test pattern (`convert photo.jpg photo.ppm` makes one)\n"
+      "  --size WxH        network input size (default 640x640)\n"
+      "  --out DIR         where to write the PNGs (default: the folder of this executable)\n",
+      argv0);
+}
+
+Options parse(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    const auto value = [&]() -> std::string {
+      if (i + 1 >= argc) throw std::invalid_argument(arg + " needs a value (see --help)");
+      return argv[++i];
+    };
+    if (arg == "--image") {
+      o.image = value();
+    } else if (arg == "--size") {
+      const std::string v = value();
+      if (std::sscanf(v.c_str(), "%dx%d", &o.width, &o.height) != 2) {
+        throw std::invalid_argument("--size expects WxH, e.g. 640x640; got " + v);
+      }
+    } else if (arg == "--out") {
+      o.out_dir = value();
+    } else {
+      throw std::invalid_argument("unknown option " + arg + " (see --help)");
+    }
+  }
+  if (o.out_dir.empty()) {
+    const std::string exe = course::self_executable();
+    o.out_dir = exe.substr(0, exe.find_last_of('/'));
+  }
+  return o;
+}
+
+// Median GPU time of `runs` repetitions of what enqueue() puts on the stream, after a warm-up.
+template <class F>
+double median_gpu_us(cudaStream_t stream, int runs, F&& enqueue) {
+  enqueue();
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+  std::vector<double> us;
+  for (int i = 0; i < runs; ++i) us.push_back(1e3 * course::time_on_stream_ms(stream, enqueue));
+  std::sort(us.begin(), us.end());
+  return us[us.size() / 2];
+}
+
+template <class F>
+double median_cpu_us(int runs, F&& work) {
+  work();
+  std::vector<double> us;
+  for (int i = 0; i < runs; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    work();
+    us.push_back(
+        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+  }
+  std::sort(us.begin(), us.end());
+  return us[us.size() / 2];
+}
+
+double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  double m = 0.0;
+  for (std::size_t i = 0; i < a.size(); ++i) m = std::max(m, std::abs(double(a[i]) - b[i]));
+  return m;
+}
+
+// One panel of the comparison image, with a caption.
+cv::Mat panel(const cv::Mat& img, const std::string& caption) {
+  cv::Mat p = img.clone();
+  cv::rectangle(p, cv::Rect(0, 0, p.cols, 28), cv::Scalar::all(0), cv::FILLED);
+  cv::putText(p, caption, {6, 20}, cv::FONT_HERSHEY_SIMPLEX, 0.55, cv::Scalar::all(255), 1,
+              cv::LINE_AA);
+  return p;
+}
+
+int run(const Options& opt) {
+  const course::DeviceInfo dev = course::query_device(0);
+  std::printf("%s\n\n", course::summary(dev).c_str());
+  int failures = 0;
+  const auto verdict = [&](bool ok) {
+    failures += ok ? 0 : 1;
+    return ok ? "ok" : "FAILED";
+  };
+
+  // ---- 1. The frame and its letterbox geometry.
+  const cv::Mat src = opt.image.empty() ? make_test_pattern(1920, 1080) : read_ppm(opt.image);
+  std::printf("1. Input: %dx%d BGR uint8 (%s) -> network input %dx%d\n", src.cols, src.rows,
+              opt.image.empty() ? "generated test pattern" : opt.image.c_str(), opt.width,
+              opt.height);
+  const Letterbox lb = make_letterbox(src.cols, src.rows, opt.width, opt.height);
+  const Affine2x3 fwd = letterbox_matrix(lb);
+  const Affine2x3 inv = invert_affine(fwd);
+  std::printf("   scale s = %.6f, padding left %.3f, top %.3f (grey %d)\n", lb.scale, lb.pad_x,
+              lb.pad_y, kPadValue);
+  std::printf("   forward M (source -> input): [%9.5f %9.5f %10.5f; %9.5f %9.5f %10.5f]\n",
+              fwd.m[0], fwd.m[1], fwd.m[2], fwd.m[3], fwd.m[4], fwd.m[5]);
+  std::printf("   inverse   (input -> source): [%9.5f %9.5f %10.5f; %9.5f %9.5f %10.5f]\n\n",
+              inv.m[0], inv.m[1], inv.m[2], inv.m[3], inv.m[4], inv.m[5]);
+
+  course::Stream stream;
+  DeviceImage d_src(src.cols, src.rows);
+  d_src.upload(view_of(src), stream);
+  const std::size_t pixels = static_cast<std::size_t>(opt.width) * opt.height;
+  course::DeviceBuffer<std::uint8_t> d_u8(3 * pixels);
+  course::DeviceBuffer<float> d_f32(3 * pixels), d_f32b(3 * pixels);
+
+  // ---- 2. v1 against cv::warpAffine, on the frame and on an odd-sized copy of it. A 3x
+  // downscale samples whole source pixels; 641x479 -> 640x640 samples between them, where the
+  // sub-pixel arithmetic decides the last grey level.
+  cv::Mat odd;
+  cv::resize(src, odd, cv::Size(641, 479), 0, 0, cv::INTER_AREA);
+  std::printf(
+      "2. v1 (one thread per pixel, uint8 BGR out) vs cv::warpAffine(INTER_LINEAR,\n"
+      "   BORDER_CONSTANT 114) with the same matrix; tolerance 1 grey level:\n");
+  std::vector<std::uint8_t> v1;
+  for (const cv::Mat* frame : std::vector<const cv::Mat*>{&src, &odd}) {
+    DeviceImage d_frame(frame->cols, frame->rows);
+    d_frame.upload(view_of(*frame), stream);
+    letterbox_v1_u8(d_frame.view(), d_u8.data(), opt.width, opt.height, stream);
+    stream.synchronize();
+    std::vector<std::uint8_t> out = course::to_host(d_u8);
+    const cv::Mat got(opt.height, opt.width, CV_8UC3, out.data());
+    const cv::Mat ref = letterbox_opencv(*frame, opt.width, opt.height);
+    cv::Mat ne;
+    cv::compare(got.reshape(1), ref.reshape(1), ne, cv::CMP_NE);
+    const int diff = static_cast<int>(cv::norm(got, ref, cv::NORM_INF));
+    const Affine2x3 frame_inv = invert_affine(
+        letterbox_matrix(make_letterbox(frame->cols, frame->rows, opt.width, opt.height)));
+    std::vector<std::uint8_t> textbook =
+        warp_affine_float_reference(view_of(*frame), frame_inv, opt.width, opt.height, kPadValue);
+    const cv::Mat tb(opt.height, opt.width, CV_8UC3, textbook.data());
+    std::printf(
+        "   %4dx%-4d: max difference %d, %d of %zu values differ  [%s]   "
+        "(textbook float bilinear: up to %d)\n",
+        frame->cols, frame->rows, diff, cv::countNonZero(ne), 3 * pixels, verdict(diff <= 1),
+        static_cast<int>(cv::norm(tb, ref, cv::NORM_INF)));
+    if (frame == &src) v1 = std::move(out);
+  }
+  std::printf(
+      "   (OpenCV snaps source positions to 1/32 pixel and weights to integers; the\n"
+      "    kernels do the same, a textbook bilinear does not)\n\n");
+  const cv::Mat gpu(opt.height, opt.width, CV_8UC3, v1.data());
+  const cv::Mat ocv = letterbox_opencv(src, opt.width, opt.height);
+
+  // ---- 3. Why the half-pixel terms.
+  const Affine2x3 naive = invert_affine(letterbox_matrix(lb, false));
+  warp_affine_v1(d_src.view(), naive, d_u8.data(), opt.width, opt.height, kPadValue, stream);
+  stream.synchronize();
+  std::vector<std::uint8_t> shifted = course::to_host(d_u8);
+  const cv::Mat naive_img(opt.height, opt.width, CV_8UC3, shifted.data());
+  // The top-left pixel of the picture inside the padding.
+  const double px = std::ceil(lb.pad_x), py = std::ceil(lb.pad_y);
+  double sx = 0, sy = 0, nx = 0, ny = 0;
+  apply_affine(inv, px, py, &sx, &sy);
+  apply_affine(naive, px, py, &nx, &ny);
+  std::printf(
+      "3. Half-pixel terms: input pixel (%.0f, %.0f) samples source (%.3f, %.3f) with them,\n"
+      "   (%.3f, %.3f) without. Without them the picture moves by (1 - s)/2 = %.3f input\n"
+      "   pixels right and down, and differs from OpenCV by up to %d grey levels (mean %.2f).\n\n",
+      px, py, sx, sy, nx, ny, (1.0 - lb.scale) / 2,
+      static_cast<int>(cv::norm(naive_img, ocv, cv::NORM_INF)),
+      cv::norm(naive_img, ocv, cv::NORM_L1) / (3.0 * pixels));
+
+  // ---- 4. The fused versions against the OpenCV CPU pipeline.
+  const Normalize norm;  // 1/255; the tests also cover ImageNet mean/std
+  std::vector<float> cpu(3 * pixels);
+  OpenCvPreprocessor opencv;
+  opencv.run(src, opt.width, opt.height, norm, cpu.data());
+  letterbox_v2_fused(d_src.view(), d_f32.data(), opt.width, opt.height, norm, stream);
+  stream.synchronize();
+  const std::vector<float> v2 = course::to_host(d_f32);
+  const double v2_diff = max_abs_diff(v2, cpu);
+  std::printf(
+      "4. v2 fused (warp + BGR->RGB + /255 + planar CHW float, one pass) vs the OpenCV\n"
+      "   pipeline (warpAffine, cvtColor, convertTo, split): max |difference| %.3g  [%s]\n",
+      v2_diff, verdict(v2_diff <= 1.0 / 255 + 1e-6));
+  letterbox_v3_vec4(d_src.view(), d_f32b.data(), opt.width, opt.height, norm, stream);
+  stream.synchronize();
+  const bool v3_same = course::to_host(d_f32b) == v2;
+  std::printf("   v3 (4 pixels per thread, float4 stores): %s v2  [%s]\n",
+              v3_same ? "identical to" : "DIFFERENT from", verdict(v3_same));
+
+  // A batch of frames of different sizes: the frame itself, smaller, portrait, odd.
+  std::vector<cv::Mat> frames = {src, cv::Mat(), cv::Mat(), cv::Mat()};
+  cv::resize(src, frames[1],
+             cv::Size(std::max(1, src.cols * 2 / 3), std::max(1, src.rows * 2 / 3)));
+  cv::rotate(src, frames[2], cv::ROTATE_90_CLOCKWISE);
+  cv::resize(src, frames[3], cv::Size(641, 479));
+  std::vector<DeviceImage> d_frames;
+  std::vector<ImageView> views;
+  for (const cv::Mat& f : frames) {
+    d_frames.emplace_back(f.cols, f.rows);
+    d_frames.back().upload(view_of(f), stream);
+    views.push_back(d_frames.back().view());
+  }
+  course::DeviceBuffer<float> d_batch(frames.size() * 3 * pixels);
+  letterbox_v4_batched(views, d_batch.data(), opt.width, opt.height, norm, stream);
+  stream.synchronize();
+  const std::vector<float> batch = course::to_host(d_batch);
+  bool batch_ok = true;
+  std::printf("   v4 batched, %zu frames (", frames.size());
+  for (std::size_t i = 0; i < frames.size(); ++i) {
+    std::printf("%s%dx%d", i ? ", " : "", frames[i].cols, frames[i].rows);
+    letterbox_v2_fused(views[i], d_f32b.data(), opt.width, opt.height, norm, stream);
+    stream.synchronize();
+    const std::vector<float> one = course::to_host(d_f32b);
+    batch_ok = batch_ok && std::equal(one.begin(), one.end(), batch.begin() + i * 3 * pixels);
+  }
+  std::printf(") in one launch: %s  [%s]\n\n", batch_ok ? "each frame identical to v2" : "MISMATCH",
+              verdict(batch_ok));
+
+  // ---- 5. A detection back to the source image.
+  const Box net{0.25f * opt.width, 0.25f * opt.height, 0.75f * opt.width, 0.95f * opt.height};
+  const Box back = unletterbox_box(net, lb);
+  std::printf(
+      "5. A box in network coordinates (%.1f, %.1f)-(%.1f, %.1f) is (%.1f, %.1f)-(%.1f, %.1f)\n"
+      "   in the %dx%d source (continuous coordinates, clamped to the image)\n\n",
+      net.x1, net.y1, net.x2, net.y2, back.x1, back.y1, back.x2, back.y2, src.cols, src.rows);
+
+  // ---- 6. Timings: a quick look; `make bench` measures properly.
+  const double src_bytes = 3.0 * src.cols * src.rows;
+  const double f32_bytes = 3.0 * 4 * pixels;
+  struct Row {
+    const char* what;
+    double us, bytes;
+  };
+  const int runs = 51;
+  std::vector<Row> rows = {
+      {"v1 warp, uint8 HWC out",
+       median_gpu_us(
+           stream, runs,
+           [&] { letterbox_v1_u8(d_src.view(), d_u8.data(), opt.width, opt.height, stream); }),
+       src_bytes + 3.0 * pixels},
+      {"unfused: v1 + hwc_u8_to_chw_f32",
+       median_gpu_us(stream, runs,
+                     [&] {
+                       letterbox_v1_u8(d_src.view(), d_u8.data(), opt.width, opt.height, stream);
+                       hwc_u8_to_chw_f32(d_u8.data(), opt.width, opt.height, d_f32.data(), norm,
+                                         stream);
+                     }),
+       src_bytes + f32_bytes},
+      {"v2 fused",
+       median_gpu_us(stream, runs,
+                     [&] {
+                       letterbox_v2_fused(d_src.view(), d_f32.data(), opt.width, opt.height, norm,
+                                          stream);
+                     }),
+       src_bytes + f32_bytes},
+      {"v3 fused, 4 px/thread",
+       median_gpu_us(stream, runs,
+                     [&] {
+                       letterbox_v3_vec4(d_src.view(), d_f32.data(), opt.width, opt.height, norm,
+                                         stream);
+                     }),
+       src_bytes + f32_bytes},
+  };
+  const double cpu_us =
+      median_cpu_us(11, [&] { opencv.run(src, opt.width, opt.height, norm, cpu.data()); });
+  std::printf(
+      "6. Time for one %dx%d frame (GPU: CUDA events, median of %d; data in L2 after the\n"
+      "   first run, so `make bench` is the number to quote):\n",
+      src.cols, src.rows, runs);
+  std::printf("   %-34s %10s %10s %12s\n", "version", "time (us)", "GB/s", "vs CPU");
+  for (const Row& r : rows) {
+    std::printf("   %-34s %10.1f %10.1f %11.1fx\n", r.what, r.us, r.bytes / r.us / 1e3,
+                cpu_us / r.us);
+  }
+  std::printf("   %-34s %10.1f %10s %12s\n", "OpenCV pipeline on the CPU", cpu_us, "-", "1.0x");
+  std::printf(
+      "   (GB/s counts the source read once and the output written once; the CPU pipeline\n"
+      "    ran with %d OpenCV threads)\n\n",
+      cv::getNumThreads());
+
+  // ---- 7. Pictures.
+  cv::Mat diff, naive_diff;
+  cv::absdiff(gpu, ocv, diff);
+  cv::absdiff(naive_img, ocv, naive_diff);
+  diff.convertTo(diff, CV_8U, 64);
+  naive_diff.convertTo(naive_diff, CV_8U, 8);
+  cv::Mat side;
+  cv::hconcat(std::vector<cv::Mat>{panel(gpu, "GPU v1"), panel(ocv, "cv::warpAffine"),
+                                   panel(diff, "|GPU - OpenCV| x 64"),
+                                   panel(naive_diff, "no half-pixel terms: |diff| x 8")},
+              side);
+  const std::string p_in = opt.out_dir + "/lesson06_input.png";
+  const std::string p_gpu = opt.out_dir + "/lesson06_letterbox.png";
+  const std::string p_side = opt.out_dir + "/lesson06_compare.png";
+  write_png(p_in, src);
+  write_png(p_gpu, gpu);
+  write_png(p_side, side);
+  std::printf("7. Wrote %s,\n   %s\n   and %s\n\n", p_in.c_str(), p_gpu.c_str(), p_side.c_str());
+
+  if (failures != 0) {
+    std::printf("FAILED: %d check(s) did not pass\n", failures);
+    return 1;
+  }
+  std::printf("PASS\n");
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) {
+      print_usage(argv[0]);
+      return 0;
+    }
+  }
+  try {
+    const Options opt = parse(argc, argv);
+    if (!course::require_device(argv[0])) return 1;
+    return run(opt);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s: %s\n", argv[0], e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,757 @@
+// Tests of lesson 06. The oracle is OpenCV: cv::warpAffine (INTER_LINEAR, BORDER_CONSTANT 114)
+// with the same forward matrix, and the OpenCV CPU pipeline (warpAffine, cvtColor, convertTo,
+// split). Tolerance on 8-bit output: 1 grey level (the course's DESIGN.md); the lesson's
+// fixed-point sampling is expected to match exactly, and a test prints the largest difference.
+// Float output: 1e-5 absolute, or 1 grey level / (255 std) where uint8 rounding is involved.
+#include <cuda_fp16.h>
+#include <opencv2/core.hpp>
+#include <opencv2/imgproc.hpp>
+#include <zlib.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <fstream>
+#include <iterator>
+#include <limits>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
+
+#include "affine_warp.cuh"
+#include "common/memory.hpp"
+#include "common/testing.hpp"
+#include "cpu_pipeline.hpp"
+#include "image_io.hpp"
+
+using course::testing::Approx;
+using course::testing::Contains;
+using namespace lesson06;
+
+namespace {
+
+// ---------------------------------------------------------------------------- helpers
+
+cv::Mat random_image(int w, int h, std::uint64_t seed) {
+  cv::Mat m(h, w, CV_8UC3);
+  cv::RNG rng(seed);
+  rng.fill(m, cv::RNG::UNIFORM, 0, 256);
+  return m;
+}
+
+cv::Mat as_mat(std::vector<std::uint8_t>& hwc, int w, int h) {
+  return cv::Mat(h, w, CV_8UC3, hwc.data());
+}
+
+int max_abs_diff(const cv::Mat& a, const cv::Mat& b) {
+  REQUIRE(a.size() == b.size());
+  REQUIRE(a.type() == b.type());
+  return static_cast<int>(cv::norm(a, b, cv::NORM_INF));
+}
+
+double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  REQUIRE(a.size() == b.size());
+  double m = 0.0;
+  for (std::size_t i = 0; i < a.size(); ++i) m = std::max(m, std::fabs(double(a[i]) - b[i]));
+  return m;
+}
+
+// The forward letterbox matrix written out independently of letterbox_matrix (exercise 1), so
+// that tests of the other exercises do not depend on exercise 1.
+cv::Mat forward_matrix(int sw, int sh, int dw, int dh) {
+  const double s = std::min(double(dw) / sw, double(dh) / sh);
+  const double px = (dw - s * sw) / 2, py = (dh - s * sh) / 2;
+  return (cv::Mat_<double>(2, 3) << s, 0, px + s / 2 - 0.5, 0, s, py + s / 2 - 0.5);
+}
+
+Affine2x3 to_affine(const cv::Mat& m) {
+  Affine2x3 a;
+  for (int i = 0; i < 6; ++i) a.m[i] = m.at<double>(i / 3, i % 3);
+  return a;
+}
+
+// OpenCV's own inverse: independent of invert_affine (exercise 1).
+Affine2x3 opencv_inverse(const cv::Mat& forward) {
+  cv::Mat inv;
+  cv::invertAffineTransform(forward, inv);
+  return to_affine(inv);
+}
+
+cv::Mat opencv_warp(const cv::Mat& src, const cv::Mat& forward, int dw, int dh, int border_mode,
+                    int border_value = kPadValue) {
+  cv::Mat out;
+  cv::warpAffine(src, out, forward, cv::Size(dw, dh), cv::INTER_LINEAR, border_mode,
+                 cv::Scalar::all(border_value));
+  return out;
+}
+
+// A device copy of a host image (rows padded by cudaMallocPitch).
+DeviceImage upload(const cv::Mat& m) {
+  DeviceImage d(m.cols, m.rows);
+  d.upload(view_of(m));
+  return d;
+}
+
+std::vector<float> opencv_pipeline(const cv::Mat& src, int dw, int dh, const Normalize& norm = {}) {
+  std::vector<float> out(3 * static_cast<std::size_t>(dw) * dh, -1.0f);
+  OpenCvPreprocessor cpu;
+  cpu.run(src, dw, dh, norm, out.data());
+  return out;
+}
+
+struct Case {
+  int sw, sh, dw, dh;
+  const char* what;
+};
+// Sizes: 1x1, odd, landscape and portrait, upscaling and downscaling, targets that are not a
+// multiple of the block (32x8) or of 4, and the identity scale.
+const Case kCases[] = {
+    {1, 1, 640, 640, "1x1 upscaled"},
+    {3, 5, 640, 640, "3x5 upscaled, portrait"},
+    {641, 479, 640, 640, "641x479, fractional padding"},
+    {1920, 1080, 640, 640, "1920x1080 landscape, 3x down"},
+    {1080, 1920, 640, 640, "1080x1920 portrait, 3x down"},
+    {320, 200, 640, 640, "320x200 upscaled 2x"},
+    {7, 3, 5, 9, "7x3 -> 5x9"},
+    {1920, 1080, 637, 411, "1920x1080 -> 637x411"},
+    {640, 640, 640, 640, "640x640, scale 1"},
+};
+
+// Rows (or columns) of the target whose pixel centres sample at least one source pixel further
+// than a tap away from the image (with a 1/16-pixel margin for the 1/32 grid): they must be
+// exactly the padding value. Returns a mask of such rows.
+std::vector<bool> pure_padding(int dst_n, int src_n, double scale, double pad) {
+  std::vector<bool> pure(dst_n);
+  for (int i = 0; i < dst_n; ++i) {
+    const double c = (i + 0.5 - pad) / scale - 0.5;  // source position, pixel-index coordinates
+    pure[i] = c <= -1.0 - 1.0 / 16 || c >= src_n + 1.0 / 16;
+  }
+  return pure;
+}
+
+}  // namespace
+
+// ======================================================================== CPU tests
+
+// ---------------------------------------------------------------------------- geometry
+
+TEST_CASE("make_letterbox: scale keeps the aspect ratio, the image is centred", "[geometry]") {
+  SECTION("landscape 1920x1080 -> 640x640: s = 1/3, 140 grey rows above and below") {
+    const Letterbox lb = make_letterbox(1920, 1080, 640, 640);
+    CHECK(lb.scale == Approx(1.0 / 3.0).epsilon(1e-15));
+    CHECK(lb.pad_x == Approx(0.0).margin(1e-12));
+    CHECK(lb.pad_y == Approx(140.0).epsilon(1e-15));
+  }
+  SECTION("portrait 1080x1920 -> 640x640: the padding moves to the sides") {
+    const Letterbox lb = make_letterbox(1080, 1920, 640, 640);
+    CHECK(lb.pad_x == Approx(140.0).epsilon(1e-15));
+    CHECK(lb.pad_y == Approx(0.0).margin(1e-12));
+  }
+  SECTION("upscaling 320x200 -> 640x640: s = 2") {
+    const Letterbox lb = make_letterbox(320, 200, 640, 640);
+    CHECK(lb.scale == Approx(2.0));
+    CHECK(lb.pad_y == Approx(120.0));
+  }
+  SECTION("641x479: fractional padding, kept exact") {
+    const Letterbox lb = make_letterbox(641, 479, 640, 640);
+    CHECK(lb.scale == Approx(640.0 / 641.0).epsilon(1e-15));
+    CHECK(lb.pad_y == Approx((640.0 - 479.0 * 640.0 / 641.0) / 2.0).epsilon(1e-14));
+  }
+}
+
+TEST_CASE("letterbox_matrix maps pixel centres to pixel centres", "[ex1][geometry]") {
+  SECTION("3x downscale: source pixel centre (1, 1) lands on target pixel centre (0, 140)") {
+    const Affine2x3 m = letterbox_matrix(make_letterbox(1920, 1080, 640, 640));
+    CHECK(m.m[0] == Approx(1.0 / 3.0));
+    CHECK(m.m[1] == 0.0);
+    CHECK(m.m[2] == Approx(-1.0 / 3.0));  // pad_x + s/2 - 1/2 with pad_x = 0
+    CHECK(m.m[3] == 0.0);
+    CHECK(m.m[4] == Approx(1.0 / 3.0));
+    CHECK(m.m[5] == Approx(140.0 - 1.0 / 3.0));
+    double x = 0, y = 0;
+    apply_affine(m, 1.0, 1.0, &x, &y);
+    CHECK(x == Approx(0.0).margin(1e-12));
+    CHECK(y == Approx(140.0));
+  }
+  SECTION("2x upscale: source pixel 0 covers target pixels 0 and 1, its centre is at 0.5") {
+    const Affine2x3 m = letterbox_matrix(make_letterbox(320, 200, 640, 640));
+    CHECK(m.m[0] == Approx(2.0));
+    CHECK(m.m[2] == Approx(0.5));
+    CHECK(m.m[5] == Approx(120.5));
+  }
+  SECTION("without the half-pixel terms the image shifts by (1 - s) / 2 target pixels") {
+    const Letterbox lb = make_letterbox(1920, 1080, 640, 640);
+    const Affine2x3 with = letterbox_matrix(lb, true), without = letterbox_matrix(lb, false);
+    CHECK(without.m[2] == Approx(0.0).margin(1e-12));
+    CHECK(without.m[5] == Approx(140.0));
+    CHECK(with.m[2] - without.m[2] == Approx(-(1.0 - lb.scale) / 2));
+  }
+}
+
+TEST_CASE("invert_affine agrees with cv::invertAffineTransform", "[ex1][geometry]") {
+  cv::RNG rng(606);
+  for (int i = 0; i < 100; ++i) {
+    cv::Mat fwd(2, 3, CV_64F);
+    rng.fill(fwd, cv::RNG::UNIFORM, -3.0, 3.0);
+    const Affine2x3 mine = invert_affine(to_affine(fwd));
+    const Affine2x3 theirs = opencv_inverse(fwd);
+    for (int k = 0; k < 6; ++k) {
+      CHECK(mine.m[k] == Approx(theirs.m[k]).epsilon(1e-12).margin(1e-12));
+    }
+    // And it is an inverse: inv(fwd(p)) == p.
+    double x = 0, y = 0, bx = 0, by = 0;
+    apply_affine(to_affine(fwd), 0.25, -7.5, &x, &y);
+    apply_affine(mine, x, y, &bx, &by);
+    CHECK(bx == Approx(0.25).margin(1e-9));
+    CHECK(by == Approx(-7.5).margin(1e-9));
+  }
+  SECTION("a singular matrix gives all zeros, as in OpenCV") {
+    const Affine2x3 inv = invert_affine({{1, 2, 3, 2, 4, 6}});
+    for (double v : inv.m) CHECK(v == 0.0);
+  }
+}
+
+// ---------------------------------------------------------------------------- per-pixel math
+
+TEST_CASE("source_position: OpenCV's 1/32 grid, rounded to nearest", "[sample]") {
+  SECTION("identity: pixel x samples x exactly") {
+    const Affine2x3 id{{1, 0, 0, 0, 1, 0}};
+    for (int x : {0, 1, 17, 1919}) {
+      const SubpixelPos p = source_position(id, x, 3);
+      CHECK(p.x == 32 * x);
+      CHECK(p.y == 96);
+    }
+  }
+  SECTION("3x downscale with the half-pixel terms: target (x, 140 + y) samples (3x+1, 3y+1)") {
+    const Affine2x3 inv = opencv_inverse(forward_matrix(1920, 1080, 640, 640));
+    for (int x : {0, 5, 639}) {
+      const SubpixelPos p = source_position(inv, x, 140 + 7);
+      CHECK(p.x == 32 * (3 * x + 1));
+      CHECK(p.y == 32 * (3 * 7 + 1));
+    }
+  }
+  SECTION("positions round to the nearest 1/32, and floor correctly left of the image") {
+    // x' = x / 64 + offset: 1/64 steps fall between grid points; OpenCV rounds them up (+16).
+    const Affine2x3 half_step{{1.0 / 64, 0, -0.5, 0, 1, 0}};
+    CHECK(source_position(half_step, 0, 0).x == -16);  // -0.5 px exactly
+    CHECK(source_position(half_step, 1, 0).x == -15);  // -0.484375 rounds to -15/32
+    const SubpixelPos p = source_position(half_step, 0, 0);
+    CHECK((p.x >> kSubpixelBits) == -1);        // integer part: floor
+    CHECK((p.x & (kSubpixelSteps - 1)) == 16);  // fraction: 16/32
+  }
+}
+
+TEST_CASE("bilinear_sample_bgr: taps, weights, rounding and the constant border", "[sample]") {
+  // 2x2 image: B channel 0, 100 / 200, 255; G and R distinct so channel mix-ups show.
+  cv::Mat img(2, 2, CV_8UC3);
+  img.at<cv::Vec3b>(0, 0) = {0, 10, 20};
+  img.at<cv::Vec3b>(0, 1) = {100, 11, 21};
+  img.at<cv::Vec3b>(1, 0) = {200, 12, 22};
+  img.at<cv::Vec3b>(1, 1) = {255, 13, 23};
+  const ImageView v = view_of(img);
+  std::uint8_t out[3];
+
+  bilinear_sample_bgr(v, {32, 32}, 114, out);  // exactly on pixel (1, 1)
+  CHECK(out[0] == 255);
+  CHECK(out[1] == 13);
+  CHECK(out[2] == 23);
+  bilinear_sample_bgr(v, {16, 0}, 114, out);  // halfway between (0,0) and (1,0): (0+100+1)/2
+  CHECK(out[0] == 50);
+  bilinear_sample_bgr(v, {16, 16}, 114, out);  // centre of the four: (0+100+200+255)/4 = 138.75
+  CHECK(out[0] == 139);
+  bilinear_sample_bgr(v, {-64, 0}, 114, out);  // two pixels left: all taps outside
+  CHECK(out[0] == 114);
+  CHECK(out[1] == 114);
+  CHECK(out[2] == 114);
+  bilinear_sample_bgr(v, {-16, 0}, 7, out);  // half a pixel left: (7 + 0) / 2 rounded
+  CHECK(out[0] == 4);
+  bilinear_sample_bgr(v, {0, 48}, 0, out);  // 1.5 rows down: (200 + 0) / 2
+  CHECK(out[0] == 100);
+}
+
+// ---------------------------------------------------------------------------- CPU vs OpenCV
+
+TEST_CASE("The CPU per-pixel reference matches cv::warpAffine within 1 grey level", "[opencv]") {
+  for (const Case& c : kCases) {
+    CAPTURE(c.what);
+    const cv::Mat src = random_image(c.sw, c.sh, 1000 + c.sw * 7 + c.sh);
+    const cv::Mat fwd = forward_matrix(c.sw, c.sh, c.dw, c.dh);
+    std::vector<std::uint8_t> mine =
+        warp_affine_reference(view_of(src), opencv_inverse(fwd), c.dw, c.dh, kPadValue);
+    const int diff = max_abs_diff(as_mat(mine, c.dw, c.dh),
+                                  opencv_warp(src, fwd, c.dw, c.dh, cv::BORDER_CONSTANT));
+    CHECK(diff <= 1);
+    if (diff != 0) std::printf("note: %s differs from OpenCV by %d\n", c.what, diff);
+  }
+}
+
+TEST_CASE("A plain float bilinear is not OpenCV's: the 1/32 grid matters on sharp detail",
+          "[opencv]") {
+  // Documents why the lesson reproduces OpenCV's grid: textbook bilinear with exact float
+  // positions differs from cv::warpAffine by several grey levels on noise (OpenCV <= 4.10,
+  // whose warpAffine is fixed-point; 4.11 moved to a float implementation).
+#if CV_VERSION_MAJOR == 4 && CV_VERSION_MINOR <= 10
+  const cv::Mat src = random_image(641, 479, 77);
+  const cv::Mat fwd = forward_matrix(641, 479, 640, 640);
+  std::vector<std::uint8_t> textbook =
+      warp_affine_float_reference(view_of(src), opencv_inverse(fwd), 640, 640, kPadValue);
+  const int worst = max_abs_diff(as_mat(textbook, 640, 640),
+                                 opencv_warp(src, fwd, 640, 640, cv::BORDER_CONSTANT));
+  std::printf("note: textbook float bilinear vs cv::warpAffine on noise: up to %d grey levels\n",
+              worst);
+  CHECK(worst > 1);
+#else
+  SUCCEED("OpenCV >= 4.11 computes warpAffine positions in float; nothing to document");
+#endif
+}
+
+TEST_CASE("Identity and integer translations reproduce the input exactly (CPU)", "[opencv]") {
+  const cv::Mat src = random_image(37, 23, 5);
+  std::vector<std::uint8_t> same =
+      warp_affine_reference(view_of(src), {{1, 0, 0, 0, 1, 0}}, 37, 23, 114);
+  CHECK(max_abs_diff(as_mat(same, 37, 23), src) == 0);
+
+  // dst(x, y) = src(x - 5, y + 3): the inverse matrix subtracts the shift.
+  std::vector<std::uint8_t> moved =
+      warp_affine_reference(view_of(src), {{1, 0, -5, 0, 1, 3}}, 37, 23, 9);
+  cv::Mat expected(23, 37, CV_8UC3, cv::Scalar::all(9));
+  src(cv::Rect(0, 3, 32, 20)).copyTo(expected(cv::Rect(5, 0, 32, 20)));
+  CHECK(max_abs_diff(as_mat(moved, 37, 23), expected) == 0);
+}
+
+TEST_CASE("A region of a larger image (row stride > width) is read through its pitch", "[opencv]") {
+  const cv::Mat big = random_image(900, 700, 42);
+  const cv::Mat roi = big(cv::Rect(123, 45, 641, 479));
+  REQUIRE_FALSE(roi.isContinuous());
+  const cv::Mat fwd = forward_matrix(641, 479, 640, 640);
+  std::vector<std::uint8_t> mine =
+      warp_affine_reference(view_of(roi), opencv_inverse(fwd), 640, 640, kPadValue);
+  CHECK(max_abs_diff(as_mat(mine, 640, 640),
+                     opencv_warp(roi, fwd, 640, 640, cv::BORDER_CONSTANT)) <= 1);
+}
+
+TEST_CASE("With the half-pixel terms, a 3x downscale samples source pixel centres exactly",
+          "[ex1][opencv]") {
+  // Independent of any interpolation detail: target (x, 140 + y) must be source (3x+1, 3y+1).
+  const cv::Mat src = random_image(1920, 1080, 3);
+  const Letterbox lb = make_letterbox(1920, 1080, 640, 640);
+  std::vector<std::uint8_t> out =
+      warp_affine_reference(view_of(src), invert_affine(letterbox_matrix(lb)), 640, 640, kPadValue);
+  const cv::Mat got = as_mat(out, 640, 640);
+  int mismatches = 0;
+  for (int y = 0; y < 360; ++y) {
+    for (int x = 0; x < 640; ++x) {
+      mismatches += got.at<cv::Vec3b>(140 + y, x) != src.at<cv::Vec3b>(3 * y + 1, 3 * x + 1);
+    }
+  }
+  CHECK(mismatches == 0);
+}
+
+// ---------------------------------------------------------------------------- exercise 2
+
+TEST_CASE("bilinear_sample_bgr_replicate matches cv::warpAffine with BORDER_REPLICATE", "[ex2]") {
+  const Case cases[] = {{5, 3, 64, 64, "5x3 upscaled: every edge pixel is a border case"},
+                        {641, 479, 640, 640, "641x479"},
+                        {1, 1, 8, 8, "1x1"},
+                        {40, 30, 100, 10, "40x30 -> 100x10"}};
+  for (const Case& c : cases) {
+    CAPTURE(c.what);
+    const cv::Mat src = random_image(c.sw, c.sh, 900 + c.sw);
+    const cv::Mat fwd = forward_matrix(c.sw, c.sh, c.dw, c.dh);
+    const Affine2x3 inv = opencv_inverse(fwd);
+    cv::Mat mine(c.dh, c.dw, CV_8UC3);
+    for (int y = 0; y < c.dh; ++y) {
+      for (int x = 0; x < c.dw; ++x) {
+        bilinear_sample_bgr_replicate(view_of(src), source_position(inv, x, y),
+                                      mine.ptr<std::uint8_t>(y) + 3 * x);
+      }
+    }
+    CHECK(max_abs_diff(mine, opencv_warp(src, fwd, c.dw, c.dh, cv::BORDER_REPLICATE)) <= 1);
+  }
+  SECTION("far outside, the nearest corner pixel") {
+    const cv::Mat src = random_image(4, 3, 1);
+    std::uint8_t out[3];
+    bilinear_sample_bgr_replicate(view_of(src), {-3200, 9600}, out);  // (-100, 300): bottom-left
+    CHECK(cv::Vec3b(out[0], out[1], out[2]) == src.at<cv::Vec3b>(2, 0));
+  }
+}
+
+// ---------------------------------------------------------------------------- exercise 3
+
+TEST_CASE("unletterbox_box maps detections back to the source and clamps them", "[ex3]") {
+  const Letterbox lb = make_letterbox(1920, 1080, 640, 640);  // s = 1/3, pad_y = 140
+  SECTION("inside the image: u = (u' - pad) / s") {
+    const Box b = unletterbox_box({100, 200, 300, 400}, lb);
+    CHECK(b.x1 == Approx(300));
+    CHECK(b.y1 == Approx(180));
+    CHECK(b.x2 == Approx(900));
+    CHECK(b.y2 == Approx(780));
+  }
+  SECTION("reaching into the padding or past the edge: clamped to [0, W] x [0, H]") {
+    const Box b = unletterbox_box({-10, 100, 700, 600}, lb);
+    CHECK(b.x1 == 0.0f);
+    CHECK(b.y1 == 0.0f);
+    CHECK(b.x2 == 1920.0f);
+    CHECK(b.y2 == 1080.0f);
+  }
+  SECTION("portrait, fractional padding: a round trip through letterbox_box") {
+    const Letterbox p = make_letterbox(479, 641, 640, 640);
+    cv::RNG rng(8);
+    for (int i = 0; i < 200; ++i) {
+      const float x1 = rng.uniform(0.f, 478.f), y1 = rng.uniform(0.f, 640.f);
+      const Box src{x1, y1, rng.uniform(x1, 479.f), rng.uniform(y1, 641.f)};
+      const Box back = unletterbox_box(letterbox_box(src, p), p);
+      CHECK(back.x1 == Approx(src.x1).margin(1e-3));
+      CHECK(back.y1 == Approx(src.y1).margin(1e-3));
+      CHECK(back.x2 == Approx(src.x2).margin(1e-3));
+      CHECK(back.y2 == Approx(src.y2).margin(1e-3));
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------- the OpenCV pipeline
+
+TEST_CASE("The OpenCV pipeline writes RGB planes scaled by 1/255 (the float oracle)", "[opencv]") {
+  // A uniform image (B, G, R) = (10, 20, 30): every interior target pixel has the same values.
+  const cv::Mat src(50, 100, CV_8UC3, cv::Scalar(10, 20, 30));
+  const Normalize norm = imagenet_normalize();
+  const std::vector<float> out = opencv_pipeline(src, 64, 64, norm);
+  const int plane = 64 * 64;
+  const double rgb[3] = {30, 20, 10};
+  for (int c = 0; c < 3; ++c) {
+    const double image = (rgb[c] / 255 - norm.mean[c]) / norm.std[c];
+    const double pad = (114.0 / 255 - norm.mean[c]) / norm.std[c];
+    CHECK(out[c * plane + 32 * 64 + 32] == Approx(image).margin(1e-5));  // centre
+    CHECK(out[c * plane + 0] == Approx(pad).margin(1e-5));               // top-left: padding
+  }
+}
+
+// ---------------------------------------------------------------------------- image files
+
+TEST_CASE("read_ppm reads binary PPM into BGR; write_png writes a valid PNG", "[io]") {
+  cv::Mat probe(2, 3, CV_8UC3);
+  for (int i = 0; i < 18; ++i) probe.data[i] = static_cast<std::uint8_t>(i * 13);
+  const std::string ppm = "/tmp/lesson06_test_" + std::to_string(::getpid()) + ".ppm";
+  {
+    std::ofstream f(ppm, std::ios::binary);
+    f << "P6\n# a comment\n3 2\n255\n";
+    f.write(reinterpret_cast<const char*>(probe.data), 18);  // as RGB
+  }
+  const cv::Mat got = read_ppm(ppm);
+  REQUIRE(got.size() == cv::Size(3, 2));
+  CHECK(got.at<cv::Vec3b>(0, 0) == cv::Vec3b(26, 13, 0));  // RGB (0, 13, 26) -> BGR
+  std::remove(ppm.c_str());
+
+  const std::string png = "/tmp/lesson06_test_" + std::to_string(::getpid()) + ".png";
+  write_png(png, got);
+  std::ifstream in(png, std::ios::binary);
+  std::vector<unsigned char> bytes((std::istreambuf_iterator<char>(in)), {});
+  std::remove(png.c_str());
+  REQUIRE(bytes.size() > 8 + 25 + 12 + 12);
+  CHECK(bytes[1] == 'P');
+  CHECK(bytes[12] == 'I');  // the first chunk is IHDR
+  CHECK(bytes[19] == 3);    // width (big-endian)
+  CHECK(bytes[23] == 2);    // height
+  // The IDAT data inflates to two filtered rows of R, G, B: the original RGB bytes.
+  const std::size_t idat_len =
+      (std::size_t(bytes[33]) << 24) | (bytes[34] << 16) | (bytes[35] << 8) | bytes[36];
+  std::vector<unsigned char> raw(2 * (1 + 9));
+  uLongf raw_len = raw.size();
+  REQUIRE(uncompress(raw.data(), &raw_len, &bytes[41], idat_len) == Z_OK);
+  REQUIRE(raw_len == raw.size());
+  CHECK(raw[0] == 0);
+  CHECK(raw[1] == 0);
+  CHECK(raw[2] == 13);
+  CHECK(raw[3] == 26);
+  CHECK(raw[10] == 0);
+  CHECK(raw[11] == 9 * 13);
+  CHECK_THROWS_AS(read_ppm("/nonexistent/x.ppm"), std::runtime_error);
+}
+
+// ---------------------------------------------------------------------------- bad input
+
+TEST_CASE("Bad input is rejected with std::invalid_argument before any CUDA call", "[errors]") {
+  const cv::Mat img = random_image(8, 6, 1);
+  const ImageView good = view_of(img);
+  std::vector<float> out(3 * 16 * 16);
+  float* dst = out.data();  // never written: validation fails first
+
+  SECTION("sizes") {
+    CHECK_THROWS_WITH(make_letterbox(0, 10, 640, 640), Contains("at least 1x1"));
+    CHECK_THROWS_WITH(make_letterbox(10, -3, 640, 640), Contains("at least 1x1"));
+    CHECK_THROWS_WITH(make_letterbox(10, 10, 0, 640), Contains("target size"));
+    CHECK_THROWS_WITH(make_letterbox(40000, 10, 640, 640), Contains("at most 32766"));
+    CHECK_THROWS_WITH(letterbox_v2_fused(good, dst, 0, 16), Contains("target size"));
+    CHECK_THROWS_WITH(letterbox_v3_vec4(good, dst, 16, -1), Contains("target size"));
+    CHECK_THROWS_AS(DeviceImage(0, 5), std::invalid_argument);
+  }
+  SECTION("the source image") {
+    ImageView empty = good;
+    empty.width = 0;
+    CHECK_THROWS_WITH(letterbox_v2_fused(empty, dst, 16, 16), Contains("empty"));
+    ImageView four = good;
+    four.channels = 4;
+    CHECK_THROWS_WITH(letterbox_v2_fused(four, dst, 16, 16), Contains("3-channel"));
+    ImageView narrow = good;
+    narrow.pitch = 3 * 8 - 1;
+    CHECK_THROWS_WITH(letterbox_v1_u8(narrow, reinterpret_cast<std::uint8_t*>(dst), 16, 16),
+                      Contains("pitch"));
+    ImageView null = good;
+    null.data = nullptr;
+    CHECK_THROWS_WITH(letterbox_v3_vec4(null, dst, 16, 16), Contains("null"));
+    CHECK_THROWS_AS(warp_affine_reference(empty, {{1, 0, 0, 0, 1, 0}}, 4, 4, 0),
+                    std::invalid_argument);
+  }
+  SECTION("cv::Mat: empty, not 8-bit, not 3 channels") {
+    CHECK_THROWS_WITH(view_of(cv::Mat()), Contains("empty"));
+    CHECK_THROWS_WITH(view_of(cv::Mat(4, 4, CV_32FC3)), Contains("CV_8U"));
+    CHECK_THROWS_WITH(view_of(cv::Mat(4, 4, CV_16UC3)), Contains("CV_8U"));
+    CHECK_THROWS_WITH(view_of(cv::Mat(4, 4, CV_8UC1)), Contains("3-channel"));
+    CHECK_THROWS_WITH(view_of(cv::Mat(4, 4, CV_8UC4)), Contains("3-channel"));
+    CHECK_THROWS_AS(letterbox_opencv(cv::Mat(4, 4, CV_32FC3), 16, 16), std::invalid_argument);
+    OpenCvPreprocessor cpu;
+    CHECK_THROWS_AS(cpu.run(cv::Mat(4, 4, CV_8UC1), 16, 16, {}, dst), std::invalid_argument);
+  }
+  SECTION("destination, matrix and normalisation") {
+    CHECK_THROWS_WITH(letterbox_v2_fused(good, nullptr, 16, 16), Contains("null"));
+    CHECK_THROWS_WITH(warp_affine_v1(good, {{NAN, 0, 0, 0, 1, 0}},
+                                     reinterpret_cast<std::uint8_t*>(dst), 16, 16, 114),
+                      Contains("finite"));
+    Normalize zero_std;
+    zero_std.std[1] = 0.0f;
+    CHECK_THROWS_WITH(letterbox_v2_fused(good, dst, 16, 16, zero_std), Contains("std must be"));
+    CHECK_THROWS_WITH(hwc_u8_to_chw_f32(nullptr, 16, 16, dst, {}), Contains("null"));
+  }
+  SECTION("a batch: a bad frame anywhere rejects the whole batch; an empty batch is a no-op") {
+    ImageView bad = good;
+    bad.channels = 1;
+    const std::vector<ImageView> frames(40, good);
+    std::vector<ImageView> with_bad = frames;
+    with_bad[35] = bad;
+    CHECK_THROWS_WITH(letterbox_v4_batched(with_bad, dst, 16, 16), Contains("3-channel"));
+    CHECK(letterbox_v4_batched({}, nullptr, 16, 16).empty());
+    CHECK_THROWS_WITH(letterbox_v4_batched(frames, nullptr, 16, 16), Contains("null"));
+  }
+  CHECK(std::all_of(out.begin(), out.end(), [](float v) { return v == 0.0f; }));
+}
+
+// ======================================================================== GPU tests
+
+TEST_CASE("v1 matches cv::warpAffine within 1 grey level", "[gpu][v1]") {
+  for (const Case& c : kCases) {
+    CAPTURE(c.what);
+    const cv::Mat src = random_image(c.sw, c.sh, 2000 + c.sw + c.sh);
+    const DeviceImage d = upload(src);
+    course::DeviceBuffer<std::uint8_t> out(3 * static_cast<std::size_t>(c.dw) * c.dh);
+    const Letterbox lb = letterbox_v1_u8(d.view(), out.data(), c.dw, c.dh);
+    std::vector<std::uint8_t> got = course::to_host(out);
+    const cv::Mat ref = letterbox_opencv(src, c.dw, c.dh);
+    const int diff = max_abs_diff(as_mat(got, c.dw, c.dh), ref);
+    CHECK(diff <= 1);
+    if (diff != 0) std::printf("note: v1 %s differs from OpenCV by %d\n", c.what, diff);
+
+    // Rows and columns entirely in the padding are exactly 114.
+    const cv::Mat g = as_mat(got, c.dw, c.dh);
+    const std::vector<bool> pure_rows = pure_padding(c.dh, c.sh, lb.scale, lb.pad_y);
+    const std::vector<bool> pure_cols = pure_padding(c.dw, c.sw, lb.scale, lb.pad_x);
+    int checked = 0, wrong = 0;
+    for (int y = 0; y < c.dh; ++y) {
+      for (int x = 0; x < c.dw; ++x) {
+        if (!pure_rows[y] && !pure_cols[x]) continue;
+        ++checked;
+        wrong += g.at<cv::Vec3b>(y, x) != cv::Vec3b(114, 114, 114);
+      }
+    }
+    CHECK(wrong == 0);
+    if (c.sw == 1920 && c.sh == 1080 && c.dw == 640) CHECK(checked == 280 * 640);
+  }
+}
+
+TEST_CASE("v1: identity and integer translations are exact; a region is read via its pitch",
+          "[gpu][v1]") {
+  const cv::Mat big = random_image(300, 200, 11);
+  const DeviceImage d = upload(big);
+  course::DeviceBuffer<std::uint8_t> out(3 * 300 * 200);
+
+  warp_affine_v1(d.view(), {{1, 0, 0, 0, 1, 0}}, out.data(), 300, 200, 114);
+  std::vector<std::uint8_t> same = course::to_host(out);
+  CHECK(max_abs_diff(as_mat(same, 300, 200), big) == 0);
+
+  warp_affine_v1(d.view(), {{1, 0, 7, 0, 1, -4}}, out.data(), 300, 200,
+                 0);  // dst(x,y) = src(x+7, y-4)
+  std::vector<std::uint8_t> moved = course::to_host(out);
+  cv::Mat expected(200, 300, CV_8UC3, cv::Scalar::all(0));
+  big(cv::Rect(7, 0, 293, 196)).copyTo(expected(cv::Rect(0, 4, 293, 196)));
+  CHECK(max_abs_diff(as_mat(moved, 300, 200), expected) == 0);
+
+  // A 141x99 region at (50, 30) of the device image: row stride = the allocation's pitch.
+  const cv::Rect r(50, 30, 141, 99);
+  const ImageView region{d.view().data + r.y * d.pitch() + 3 * r.x, r.width, r.height, 3,
+                         d.pitch()};
+  course::DeviceBuffer<std::uint8_t> boxed(3 * 64 * 48);
+  letterbox_v1_u8(region, boxed.data(), 64, 48);
+  std::vector<std::uint8_t> got = course::to_host(boxed);
+  CHECK(max_abs_diff(as_mat(got, 64, 48), letterbox_opencv(big(r), 64, 48)) <= 1);
+}
+
+TEST_CASE("v2 fused: matches the OpenCV pipeline and the CPU reference", "[gpu][v2]") {
+  const Normalize norms[2] = {Normalize{}, imagenet_normalize()};
+  for (const Normalize& norm : norms) {
+    for (const Case& c : kCases) {
+      CAPTURE(c.what, norm.std[0]);
+      const cv::Mat src = random_image(c.sw, c.sh, 3000 + c.sw * 3 + c.sh);
+      const DeviceImage d = upload(src);
+      course::DeviceBuffer<float> out(3 * static_cast<std::size_t>(c.dw) * c.dh);
+      letterbox_v2_fused(d.view(), out.data(), c.dw, c.dh, norm);
+      const std::vector<float> got = course::to_host(out);
+      // OpenCV: one grey level of the uint8 warp is 1/(255 std) in the output.
+      const double grey = 1.0 / (255.0 * *std::min_element(norm.std, norm.std + 3));
+      CHECK(max_abs_diff(got, opencv_pipeline(src, c.dw, c.dh, norm)) <= grey + 1e-5);
+      // The CPU reference computes the same per-pixel function: expect the same floats.
+      CHECK(max_abs_diff(got, letterbox_reference(view_of(src), c.dw, c.dh, norm)) == 0.0);
+    }
+  }
+}
+
+TEST_CASE("v2 fused: channel order, planar layout, normalisation and padding", "[gpu][v2]") {
+  // Uniform (B, G, R) = (10, 20, 30), 1920x1080 -> 640x640: rows 140..499 are image.
+  const cv::Mat src(1080, 1920, CV_8UC3, cv::Scalar(10, 20, 30));
+  const DeviceImage d = upload(src);
+  const Normalize norm = imagenet_normalize();
+  course::DeviceBuffer<float> out(3 * 640 * 640);
+  letterbox_v2_fused(d.view(), out.data(), 640, 640, norm);
+  const std::vector<float> got = course::to_host(out);
+  const double rgb[3] = {30, 20, 10};
+  for (int c = 0; c < 3; ++c) {
+    CAPTURE(c);
+    const float* plane = got.data() + c * 640 * 640;
+    const double image = (rgb[c] / 255 - norm.mean[c]) / norm.std[c];
+    const double pad = (114.0 / 255 - norm.mean[c]) / norm.std[c];
+    for (int y : {0, 139, 500, 639}) CHECK(plane[y * 640 + 321] == Approx(pad).margin(1e-5));
+    for (int y : {140, 320, 499}) {
+      for (int x : {0, 320, 639}) CHECK(plane[y * 640 + x] == Approx(image).margin(1e-5));
+    }
+  }
+  SECTION("plain 1/255: padding is exactly 114/255 in float") {
+    letterbox_v2_fused(d.view(), out.data(), 640, 640);
+    const std::vector<float> plain = course::to_host(out);
+    for (int c = 0; c < 3; ++c) {
+      for (int y = 0; y < 140; ++y) {
+        CHECK(plain[c * 640 * 640 + y * 640 + (y * 7) % 640] == 114.0f * (1.0f / 255.0f));
+      }
+    }
+  }
+}
+
+TEST_CASE("The unfused GPU path (v1 + hwc_u8_to_chw_f32) equals v2", "[gpu][v2]") {
+  const cv::Mat src = random_image(1279, 721, 4);
+  const DeviceImage d = upload(src);
+  const Normalize norm = imagenet_normalize();
+  course::DeviceBuffer<std::uint8_t> boxed(3 * 640 * 640);
+  course::DeviceBuffer<float> a(3 * 640 * 640), b(3 * 640 * 640);
+  letterbox_v1_u8(d.view(), boxed.data(), 640, 640);
+  hwc_u8_to_chw_f32(boxed.data(), 640, 640, a.data(), norm);
+  letterbox_v2_fused(d.view(), b.data(), 640, 640, norm);
+  CHECK(course::to_host(a) == course::to_host(b));
+}
+
+TEST_CASE("v3 (4 pixels per thread, float4 stores) equals v2 at every width", "[gpu][v3]") {
+  // Widths that are and are not multiples of 4 (scalar tail path), and of the block's 128 pixels.
+  const int widths[] = {1, 3, 5, 127, 128, 129, 637, 640};
+  const cv::Mat src = random_image(1920, 1080, 5);
+  const DeviceImage d = upload(src);
+  for (int w : widths) {
+    CAPTURE(w);
+    const int h = 411;
+    course::DeviceBuffer<float> a(3 * static_cast<std::size_t>(w) * h);
+    course::DeviceBuffer<float> b(3 * static_cast<std::size_t>(w) * h);
+    letterbox_v2_fused(d.view(), a.data(), w, h, imagenet_normalize());
+    letterbox_v3_vec4(d.view(), b.data(), w, h, imagenet_normalize());
+    CHECK(course::to_host(a) == course::to_host(b));
+  }
+  SECTION("and matches the OpenCV pipeline on the odd sizes") {
+    for (const Case& c : kCases) {
+      CAPTURE(c.what);
+      const cv::Mat s = random_image(c.sw, c.sh, 6000 + c.sw);
+      const DeviceImage ds = upload(s);
+      course::DeviceBuffer<float> out(3 * static_cast<std::size_t>(c.dw) * c.dh);
+      letterbox_v3_vec4(ds.view(), out.data(), c.dw, c.dh);
+      CHECK(max_abs_diff(course::to_host(out), opencv_pipeline(s, c.dw, c.dh)) <= 1.0 / 255 + 1e-6);
+    }
+  }
+}
+
+TEST_CASE("v4 batched: frames of different sizes, one tensor, each frame equals v2", "[gpu][v4]") {
+  SECTION("six frames, landscape and portrait, 1x1 and 3x5") {
+    const cv::Size sizes[] = {{1920, 1080}, {1280, 720}, {720, 1280}, {641, 479}, {1, 1}, {3, 5}};
+    std::vector<cv::Mat> host;
+    std::vector<DeviceImage> dev;
+    std::vector<ImageView> views;
+    for (const cv::Size& s : sizes) {
+      host.push_back(random_image(s.width, s.height, 7000 + s.width));
+      dev.push_back(upload(host.back()));
+      views.push_back(dev.back().view());
+    }
+    const std::size_t frame = 3 * 640 * 640;
+    course::DeviceBuffer<float> batch(views.size() * frame);
+    const std::vector<Letterbox> lbs =
+        letterbox_v4_batched(views, batch.data(), 640, 640, imagenet_normalize());
+    const std::vector<float> got = course::to_host(batch);
+    REQUIRE(lbs.size() == views.size());
+    course::DeviceBuffer<float> single(frame);
+    for (std::size_t i = 0; i < views.size(); ++i) {
+      CAPTURE(i);
+      CHECK(lbs[i].scale == make_letterbox(sizes[i].width, sizes[i].height, 640, 640).scale);
+      letterbox_v2_fused(views[i], single.data(), 640, 640, imagenet_normalize());
+      const std::vector<float> expected = course::to_host(single);
+      CHECK(std::equal(expected.begin(), expected.end(), got.begin() + i * frame));
+    }
+  }
+  SECTION("37 frames: two launches (32 + 5), odd target 61x47, against the CPU reference") {
+    std::vector<cv::Mat> host;
+    std::vector<DeviceImage> dev;
+    std::vector<ImageView> views;
+    cv::RNG rng(37);
+    for (int i = 0; i < 37; ++i) {
+      host.push_back(random_image(rng.uniform(1, 200), rng.uniform(1, 200), 8000 + i));
+      dev.push_back(upload(host.back()));
+      views.push_back(dev.back().view());
+    }
+    const std::size_t frame = 3 * 61 * 47;
+    course::DeviceBuffer<float> batch(views.size() * frame);
+    letterbox_v4_batched(views, batch.data(), 61, 47);
+    const std::vector<float> got = course::to_host(batch);
+    for (std::size_t i = 0; i < views.size(); ++i) {
+      CAPTURE(i);
+      const std::vector<float> expected = letterbox_reference(view_of(host[i]), 61, 47);
+      CHECK(std::equal(expected.begin(), expected.end(), got.begin() + i * frame));
+    }
+  }
+}
+
+TEST_CASE("letterbox_fp16 writes v2's values rounded to half", "[gpu][ex4]") {
+  for (const Case& c : kCases) {
+    CAPTURE(c.what);
+    const cv::Mat src = random_image(c.sw, c.sh, 9000 + c.sh);
+    const DeviceImage d = upload(src);
+    const std::size_t n = 3 * static_cast<std::size_t>(c.dw) * c.dh;
+    course::DeviceBuffer<__half> half_out(n);
+    const Letterbox lb =
+        letterbox_fp16(d.view(), half_out.data(), c.dw, c.dh, imagenet_normalize());
+    CHECK(lb.scale == make_letterbox(c.sw, c.sh, c.dw, c.dh).scale);
+    const std::vector<__half> got = course::to_host(half_out);
+    // Against the OpenCV pipeline: half rounding (2^-11 relative), plus one grey level of the
+    // uint8 warp (1 / (255 std)) as everywhere in this lesson, plus float noise.
+    const std::vector<float> ref = opencv_pipeline(src, c.dw, c.dh, imagenet_normalize());
+    const double grey = 1.0 / (255.0 * 0.224);
+    std::size_t bad = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      const double err = std::fabs(double(__half2float(got[i])) - ref[i]);
+      bad += err > std::ldexp(std::fabs(ref[i]), -11) + grey + 1e-5;
+    }
+    CHECK(bad == 0);
+  }
+}
