@@ -1,7 +1,6 @@
 #include "image_io.hpp"
 
 #include <opencv2/imgproc.hpp>
-#include <zlib.h>
 
 #include <algorithm>
 #include <cctype>
@@ -13,105 +12,6 @@
 #include <vector>
 
 namespace lesson06 {
-
-// ------------------------------------------------------------------------ PPM
-
-namespace {
-// The next whitespace-separated header token, skipping '#' comments.
-std::string ppm_token(std::istream& in) {
-  std::string token;
-  char c = 0;
-  while (in.get(c)) {
-    if (c == '#') {
-      in.ignore(1 << 20, '\n');
-    } else if (std::isspace(static_cast<unsigned char>(c))) {
-      if (!token.empty()) break;
-    } else {
-      token += c;
-    }
-  }
-  return token;
-}
-}  // namespace
-
-cv::Mat read_ppm(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::runtime_error("read_ppm: cannot open " + path);
-  if (ppm_token(in) != "P6") {
-    throw std::invalid_argument("read_ppm: " + path +
-                                " is not a binary PPM (P6); convert it first, "
-                                "e.g. `convert in.jpg out.ppm`");
-  }
-  const int w = std::stoi(ppm_token(in)), h = std::stoi(ppm_token(in));
-  const int maxval = std::stoi(ppm_token(in));  // the single whitespace after it is consumed
-  if (w < 1 || h < 1 || maxval != 255) {
-    throw std::invalid_argument("read_ppm: " + path + ": expected a positive size and maxval 255");
-  }
-  cv::Mat rgb(h, w, CV_8UC3);
-  in.read(reinterpret_cast<char*>(rgb.data), static_cast<std::streamsize>(rgb.total() * 3));
-  if (!in) throw std::runtime_error("read_ppm: " + path + " is truncated");
-  cv::Mat bgr;
-  cv::cvtColor(rgb, bgr, cv::COLOR_RGB2BGR);
-  return bgr;
-}
-
-// ------------------------------------------------------------------------ PNG
-
-namespace {
-void put_u32(std::vector<std::uint8_t>& out, std::uint32_t v) {
-  for (int shift = 24; shift >= 0; shift -= 8) out.push_back(static_cast<std::uint8_t>(v >> shift));
-}
-
-// A PNG chunk: length, type, data, CRC-32 of type + data (PNG specification, section 5.3).
-void put_chunk(std::vector<std::uint8_t>& out, const char type[5],
-               const std::vector<std::uint8_t>& data) {
-  put_u32(out, static_cast<std::uint32_t>(data.size()));
-  const std::size_t start = out.size();
-  out.insert(out.end(), type, type + 4);
-  out.insert(out.end(), data.begin(), data.end());
-  const uLong crc = crc32(0L, out.data() + start, static_cast<uInt>(out.size() - start));
-  put_u32(out, static_cast<std::uint32_t>(crc));
-}
-}  // namespace
-
-void write_png(const std::string& path, const cv::Mat& bgr) {
-  if (bgr.empty() || bgr.type() != CV_8UC3) {
-    throw std::runtime_error("write_png: expected a non-empty CV_8UC3 image for " + path);
-  }
-  // Scanlines: a filter-type byte (0, none) then the row as R, G, B.
-  const std::size_t row_bytes = 3 * static_cast<std::size_t>(bgr.cols);
-  std::vector<std::uint8_t> raw;
-  raw.reserve((row_bytes + 1) * bgr.rows);
-  for (int y = 0; y < bgr.rows; ++y) {
-    raw.push_back(0);
-    const std::uint8_t* p = bgr.ptr<std::uint8_t>(y);
-    for (int x = 0; x < bgr.cols; ++x) {
-      raw.push_back(p[3 * x + 2]);
-      raw.push_back(p[3 * x + 1]);
-      raw.push_back(p[3 * x + 0]);
-    }
-  }
-  uLongf packed_size = compressBound(static_cast<uLong>(raw.size()));
-  std::vector<std::uint8_t> packed(packed_size);
-  if (compress2(packed.data(), &packed_size, raw.data(), static_cast<uLong>(raw.size()), 6) !=
-      Z_OK) {
-    throw std::runtime_error("write_png: zlib compress2 failed for " + path);
-  }
-  packed.resize(packed_size);
-
-  std::vector<std::uint8_t> png = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
-  std::vector<std::uint8_t> header;
-  put_u32(header, static_cast<std::uint32_t>(bgr.cols));
-  put_u32(header, static_cast<std::uint32_t>(bgr.rows));
-  header.insert(header.end(), {8, 2, 0, 0, 0});  // 8 bits, RGB, deflate, filter 0, no interlace
-  put_chunk(png, "IHDR", header);
-  put_chunk(png, "IDAT", packed);
-  put_chunk(png, "IEND", {});
-
-  std::ofstream out(path, std::ios::binary);
-  out.write(reinterpret_cast<const char*>(png.data()), static_cast<std::streamsize>(png.size()));
-  if (!out) throw std::runtime_error("write_png: cannot write " + path);
-}
 
 // ------------------------------------------------------------------------ test pattern
 

@@ -1,8 +1,8 @@
 // Lesson 06: letterbox preprocessing on the GPU, checked against OpenCV.
 //
-//   lesson06 [--image FILE.ppm] [--size WxH] [--out DIR] [--help]
+//   lesson06 [--image FILE] [--size WxH] [--out DIR] [--help]
 //
-// Takes a frame (a generated 1920x1080 test pattern, or a binary PPM), letterboxes it to the
+// Takes a frame (a generated 1920x1080 test pattern, or a PNG/JPEG/BMP/PPM file), letterboxes it to the
 // network input with each kernel version, compares every result with OpenCV, shows what the
 // half-pixel terms are for, maps a box back, times the versions against the OpenCV CPU
 // pipeline, and writes PNGs of the result. Exits 0 when every check passes.
@@ -28,6 +28,7 @@
 #include "common/process.hpp"
 #include "common/stream.hpp"
 #include "cpu_pipeline.hpp"
+#include "common/image_io.hpp"
 #include "image_io.hpp"
 
 using namespace lesson06;
@@ -42,9 +43,9 @@ struct Options {
 
 void print_usage(const char* argv0) {
   std::printf(
-      "usage: %s [--image FILE.ppm] [--size WxH] [--out DIR]\n"
-      "  --image FILE.ppm  letterbox this binary PPM (P6) instead of the generated 1920x1080\n"
-      "                    test pattern (`convert photo.jpg photo.ppm` makes one)\n"
+      "usage: %s [--image FILE] [--size WxH] [--out DIR]\n"
+      "  --image FILE      letterbox this image (PNG, JPEG, BMP, PPM) instead of the generated\n"
+      "                    1920x1080 test pattern\n"
       "  --size WxH        network input size (default 640x640)\n"
       "  --out DIR         where to write the PNGs (default: the folder of this executable)\n",
       argv0);
@@ -128,7 +129,7 @@ int run(const Options& opt) {
   };
 
   // ---- 1. The frame and its letterbox geometry.
-  const cv::Mat src = opt.image.empty() ? make_test_pattern(1920, 1080) : read_ppm(opt.image);
+  const cv::Mat src = opt.image.empty() ? make_test_pattern(1920, 1080) : course::read_image(opt.image);
   std::printf("1. Input: %dx%d BGR uint8 (%s) -> network input %dx%d\n", src.cols, src.rows,
               opt.image.empty() ? "generated test pattern" : opt.image.c_str(), opt.width,
               opt.height);
@@ -330,9 +331,9 @@ int run(const Options& opt) {
   const std::string p_in = opt.out_dir + "/lesson06_input.png";
   const std::string p_gpu = opt.out_dir + "/lesson06_letterbox.png";
   const std::string p_side = opt.out_dir + "/lesson06_compare.png";
-  write_png(p_in, src);
-  write_png(p_gpu, gpu);
-  write_png(p_side, side);
+  course::write_png(p_in, src);
+  course::write_png(p_gpu, gpu);
+  course::write_png(p_side, side);
   std::printf("7. Wrote %s,\n   %s\n   and %s\n\n", p_in.c_str(), p_gpu.c_str(), p_side.c_str());
 
   if (failures != 0) {

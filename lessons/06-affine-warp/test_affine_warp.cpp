@@ -6,7 +6,6 @@
 #include <cuda_fp16.h>
 #include <opencv2/core.hpp>
 #include <opencv2/imgproc.hpp>
-#include <zlib.h>
 
 #include <algorithm>
 #include <cmath>
@@ -427,48 +426,6 @@ TEST_CASE("The OpenCV pipeline writes RGB planes scaled by 1/255 (the float orac
     CHECK(out[c * plane + 32 * 64 + 32] == Approx(image).margin(1e-5));  // centre
     CHECK(out[c * plane + 0] == Approx(pad).margin(1e-5));               // top-left: padding
   }
-}
-
-// ---------------------------------------------------------------------------- image files
-
-TEST_CASE("read_ppm reads binary PPM into BGR; write_png writes a valid PNG", "[io]") {
-  cv::Mat probe(2, 3, CV_8UC3);
-  for (int i = 0; i < 18; ++i) probe.data[i] = static_cast<std::uint8_t>(i * 13);
-  const std::string ppm = "/tmp/lesson06_test_" + std::to_string(::getpid()) + ".ppm";
-  {
-    std::ofstream f(ppm, std::ios::binary);
-    f << "P6\n# a comment\n3 2\n255\n";
-    f.write(reinterpret_cast<const char*>(probe.data), 18);  // as RGB
-  }
-  const cv::Mat got = read_ppm(ppm);
-  REQUIRE(got.size() == cv::Size(3, 2));
-  CHECK(got.at<cv::Vec3b>(0, 0) == cv::Vec3b(26, 13, 0));  // RGB (0, 13, 26) -> BGR
-  std::remove(ppm.c_str());
-
-  const std::string png = "/tmp/lesson06_test_" + std::to_string(::getpid()) + ".png";
-  write_png(png, got);
-  std::ifstream in(png, std::ios::binary);
-  std::vector<unsigned char> bytes((std::istreambuf_iterator<char>(in)), {});
-  std::remove(png.c_str());
-  REQUIRE(bytes.size() > 8 + 25 + 12 + 12);
-  CHECK(bytes[1] == 'P');
-  CHECK(bytes[12] == 'I');  // the first chunk is IHDR
-  CHECK(bytes[19] == 3);    // width (big-endian)
-  CHECK(bytes[23] == 2);    // height
-  // The IDAT data inflates to two filtered rows of R, G, B: the original RGB bytes.
-  const std::size_t idat_len =
-      (std::size_t(bytes[33]) << 24) | (bytes[34] << 16) | (bytes[35] << 8) | bytes[36];
-  std::vector<unsigned char> raw(2 * (1 + 9));
-  uLongf raw_len = raw.size();
-  REQUIRE(uncompress(raw.data(), &raw_len, &bytes[41], idat_len) == Z_OK);
-  REQUIRE(raw_len == raw.size());
-  CHECK(raw[0] == 0);
-  CHECK(raw[1] == 0);
-  CHECK(raw[2] == 13);
-  CHECK(raw[3] == 26);
-  CHECK(raw[10] == 0);
-  CHECK(raw[11] == 9 * 13);
-  CHECK_THROWS_AS(read_ppm("/nonexistent/x.ppm"), std::runtime_error);
 }
 
 // ---------------------------------------------------------------------------- bad input
