@@ -494,41 +494,38 @@ void bgr8_to_rgb_planar(const std::uint8_t* src, int width, int height, std::siz
 // =============================================================================================
 
 namespace {
-const void* kernel_symbol(LessonKernel kernel) {
-  switch (kernel) {
-    case LessonKernel::vector_add:
-      return reinterpret_cast<const void*>(&vector_add_kernel);
-    case LessonKernel::vector_add_grid_stride:
-      return reinterpret_cast<const void*>(&vector_add_grid_stride_kernel);
-    case LessonKernel::divergence:
-      return reinterpret_cast<const void*>(&divergence_kernel);
-    case LessonKernel::warp_sum:
-      return reinterpret_cast<const void*>(&warp_sum_kernel);
-    case LessonKernel::tiny_gemm:
-      return reinterpret_cast<const void*>(&tiny_gemm_8x8_kernel);
-    case LessonKernel::bgr8_to_rgb_planar:
-      return reinterpret_cast<const void*>(&bgr8_to_rgb_planar_kernel);
+struct KernelEntry {
+  LessonKernel id;
+  const char* name;
+  const void* symbol;  // the __global__ function, as the runtime's C API takes it
+};
+
+const KernelEntry& entry(LessonKernel kernel) {
+  static const KernelEntry table[] = {
+      {LessonKernel::vector_add, "vector_add (1 thread/elem)",
+       reinterpret_cast<const void*>(&vector_add_kernel)},
+      {LessonKernel::vector_add_grid_stride, "vector_add (grid-stride)",
+       reinterpret_cast<const void*>(&vector_add_grid_stride_kernel)},
+      {LessonKernel::divergence, "divergence", reinterpret_cast<const void*>(&divergence_kernel)},
+      {LessonKernel::warp_sum, "warp_sum", reinterpret_cast<const void*>(&warp_sum_kernel)},
+      {LessonKernel::tiny_gemm, "tiny_gemm_8x8",
+       reinterpret_cast<const void*>(&tiny_gemm_8x8_kernel)},
+      {LessonKernel::bgr8_to_rgb_planar, "bgr8_to_rgb_planar",
+       reinterpret_cast<const void*>(&bgr8_to_rgb_planar_kernel)},
+  };
+  for (const auto& e : table) {
+    if (e.id == kernel) return e;
   }
-  throw std::invalid_argument("unknown LessonKernel");
+  throw std::invalid_argument("unknown LessonKernel " + std::to_string(static_cast<int>(kernel)));
+}
+
+const void* kernel_symbol(LessonKernel kernel) {
+  return entry(kernel).symbol;
 }
 }  // namespace
 
 const char* kernel_name(LessonKernel kernel) {
-  switch (kernel) {
-    case LessonKernel::vector_add:
-      return "vector_add (1 thread/elem)";
-    case LessonKernel::vector_add_grid_stride:
-      return "vector_add (grid-stride)";
-    case LessonKernel::divergence:
-      return "divergence";
-    case LessonKernel::warp_sum:
-      return "warp_sum";
-    case LessonKernel::tiny_gemm:
-      return "tiny_gemm_8x8";
-    case LessonKernel::bgr8_to_rgb_planar:
-      return "bgr8_to_rgb_planar";
-  }
-  return "?";
+  return entry(kernel).name;
 }
 
 KernelResources kernel_resources(LessonKernel kernel) {

@@ -144,6 +144,17 @@ TEST_CASE("to_u8_saturate rounds to nearest and saturates", "[image]") {
   }
 }
 
+TEST_CASE("Every lesson kernel has a name for the occupancy tables", "[occupancy]") {
+  const LessonKernel all[] = {LessonKernel::vector_add, LessonKernel::vector_add_grid_stride,
+                              LessonKernel::divergence, LessonKernel::warp_sum,
+                              LessonKernel::tiny_gemm,  LessonKernel::bgr8_to_rgb_planar};
+  std::vector<std::string> names;
+  for (LessonKernel k : all) names.emplace_back(kernel_name(k));
+  std::sort(names.begin(), names.end());
+  CHECK(std::unique(names.begin(), names.end()) == names.end());
+  CHECK_THROWS_AS(kernel_name(static_cast<LessonKernel>(99)), std::invalid_argument);
+}
+
 TEST_CASE("n == 0 launches nothing, so it needs neither pointers nor a GPU", "[tail]") {
   CHECK_NOTHROW(vector_add(nullptr, nullptr, nullptr, 0));
   CHECK_NOTHROW(vector_add_one_per_thread(nullptr, nullptr, nullptr, 0, 256));
