@@ -120,9 +120,7 @@ __global__ void vector_add_grid_stride_kernel(const float* __restrict__ a,
 void require_vectors(const float* a, const float* b, const float* c, std::size_t n,
                      const char* who) {
   require(n == 0 || (a != nullptr && b != nullptr && c != nullptr),
-          std::string(who) +
-              ": a, b and c must be device pointers to n floats (got a null "
-              "pointer with n = " +
+          std::string(who) + ": a, b and c must be device pointers to n floats (got null, n = " +
               std::to_string(n) + ")");
 }
 }  // namespace
@@ -153,9 +151,10 @@ void vector_add_one_per_thread(const float* a, const float* b, float* c, std::si
 }
 
 LaunchConfig vector_add_launch_config(std::size_t n) {
-  // The occupancy calculation tries every block size (32, 64, ..., 1024): work to do once per
-  // device, not once per launch. The cache is per host thread, so it needs no lock, and it is
-  // keyed on the device, which cudaSetDevice may change between calls.
+  // cudaOccupancyMaxPotentialBlockSize evaluates block sizes from 1024 down in steps of 32 (until
+  // one reaches full occupancy): work to do once per device, not once per launch. The cache is per
+  // host thread, so it needs no lock, and it is keyed on the device, which cudaSetDevice may change
+  // between calls.
   struct Cached {
     int device = -1;
     int min_grid = 0;
