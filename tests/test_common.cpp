@@ -172,7 +172,8 @@ TEST_CASE("DeviceBuffer frees its memory (no leak across many allocations)", "[g
   CHECK(free_before - std::min(free_before, free_after) < (16u << 20));
 }
 
-TEST_CASE("An impossible allocation throws CudaError and leaves nothing sticky", "[gpu][errors]") {
+TEST_CASE("An impossible allocation throws CudaError and leaves nothing sticky",
+          "[gpu][errors][provokes-error]") {
   cudaError_t code = cudaSuccess;
   try {
     course::DeviceBuffer<char> huge(std::size_t{1} << 60);
@@ -229,6 +230,9 @@ TEST_CASE("query_device agrees with cudaGetDeviceProperties", "[gpu][device]") {
   CHECK(d.l2_cache_bytes == prop.l2CacheSize);
   CHECK(d.warp_size == 32);
   CHECK(d.peak_dram_gbps() > 100.0);  // every sm_75+ GPU has more than 100 GB/s
+}
+
+TEST_CASE("query_device rejects an invalid ordinal with CudaError", "[gpu][device][provokes-error]") {
   CHECK_THROWS_AS(course::query_device(-1), course::CudaError);
 }
 

@@ -24,6 +24,7 @@
 #include <string>
 
 #include "common/cuda_check.hpp"
+#include "common/device.hpp"
 #include "common/memory.hpp"
 
 namespace lesson03 {
@@ -192,26 +193,18 @@ void vector_add(const float* a, const float* b, float* c, std::size_t n, cudaStr
 // 3. Limits and the errors past them
 // =============================================================================================
 
-namespace {
-int attribute(cudaDeviceAttr attr, int device) {
-  int value = 0;
-  CUDA_CHECK(cudaDeviceGetAttribute(&value, attr, device));
-  return value;
-}
-}  // namespace
-
 LaunchLimits launch_limits(int device) {
   LaunchLimits l;
-  l.max_threads_per_block = attribute(cudaDevAttrMaxThreadsPerBlock, device);
-  l.max_block[0] = attribute(cudaDevAttrMaxBlockDimX, device);
-  l.max_block[1] = attribute(cudaDevAttrMaxBlockDimY, device);
-  l.max_block[2] = attribute(cudaDevAttrMaxBlockDimZ, device);
-  l.max_grid[0] = attribute(cudaDevAttrMaxGridDimX, device);
-  l.max_grid[1] = attribute(cudaDevAttrMaxGridDimY, device);
-  l.max_grid[2] = attribute(cudaDevAttrMaxGridDimZ, device);
-  l.smem_per_block = attribute(cudaDevAttrMaxSharedMemoryPerBlock, device);
-  l.smem_per_block_optin = attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
-  l.regs_per_block = attribute(cudaDevAttrMaxRegistersPerBlock, device);
+  l.max_threads_per_block = course::device_attribute(cudaDevAttrMaxThreadsPerBlock, device);
+  l.max_block[0] = course::device_attribute(cudaDevAttrMaxBlockDimX, device);
+  l.max_block[1] = course::device_attribute(cudaDevAttrMaxBlockDimY, device);
+  l.max_block[2] = course::device_attribute(cudaDevAttrMaxBlockDimZ, device);
+  l.max_grid[0] = course::device_attribute(cudaDevAttrMaxGridDimX, device);
+  l.max_grid[1] = course::device_attribute(cudaDevAttrMaxGridDimY, device);
+  l.max_grid[2] = course::device_attribute(cudaDevAttrMaxGridDimZ, device);
+  l.smem_per_block = course::device_attribute(cudaDevAttrMaxSharedMemoryPerBlock, device);
+  l.smem_per_block_optin = course::device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+  l.regs_per_block = course::device_attribute(cudaDevAttrMaxRegistersPerBlock, device);
   return l;
 }
 
@@ -555,17 +548,17 @@ BlockSizeSuggestion suggest_block_size(LessonKernel kernel) {
 
 SmLimits sm_limits(int device) {
   SmLimits s;
-  s.cc_major = attribute(cudaDevAttrComputeCapabilityMajor, device);
-  s.cc_minor = attribute(cudaDevAttrComputeCapabilityMinor, device);
-  s.warp_size = attribute(cudaDevAttrWarpSize, device);
-  s.max_threads_per_block = attribute(cudaDevAttrMaxThreadsPerBlock, device);
-  s.max_threads_per_sm = attribute(cudaDevAttrMaxThreadsPerMultiProcessor, device);
-  s.max_blocks_per_sm = attribute(cudaDevAttrMaxBlocksPerMultiprocessor, device);
-  s.regs_per_sm = attribute(cudaDevAttrMaxRegistersPerMultiprocessor, device);
-  s.regs_per_block = attribute(cudaDevAttrMaxRegistersPerBlock, device);
-  s.smem_per_sm = attribute(cudaDevAttrMaxSharedMemoryPerMultiprocessor, device);
-  s.smem_per_block_optin = attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
-  s.reserved_smem_per_block = attribute(cudaDevAttrReservedSharedMemoryPerBlock, device);
+  s.cc_major = course::device_attribute(cudaDevAttrComputeCapabilityMajor, device);
+  s.cc_minor = course::device_attribute(cudaDevAttrComputeCapabilityMinor, device);
+  s.warp_size = course::device_attribute(cudaDevAttrWarpSize, device);
+  s.max_threads_per_block = course::device_attribute(cudaDevAttrMaxThreadsPerBlock, device);
+  s.max_threads_per_sm = course::device_attribute(cudaDevAttrMaxThreadsPerMultiProcessor, device);
+  s.max_blocks_per_sm = course::device_attribute(cudaDevAttrMaxBlocksPerMultiprocessor, device);
+  s.regs_per_sm = course::device_attribute(cudaDevAttrMaxRegistersPerMultiprocessor, device);
+  s.regs_per_block = course::device_attribute(cudaDevAttrMaxRegistersPerBlock, device);
+  s.smem_per_sm = course::device_attribute(cudaDevAttrMaxSharedMemoryPerMultiprocessor, device);
+  s.smem_per_block_optin = course::device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+  s.reserved_smem_per_block = course::device_attribute(cudaDevAttrReservedSharedMemoryPerBlock, device);
   s.reg_alloc_unit = 256;
   s.smem_alloc_unit = s.cc_major >= 8 ? 128 : 256;
   s.sub_partitions = 4;
