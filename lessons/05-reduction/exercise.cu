@@ -4,10 +4,10 @@
 //   build/lessons/05-reduction/lesson05_exercise_tests "[ex1]"  only exercise 1's
 //
 // These functions replace the solutions at the end of reduction.cu in the exercise build
-// (lesson05_exercise_tests), so the dispatcher reduce_sum, main.cu's narrative and the tests
-// all run YOUR code. Until you solve an exercise, its stub fails loudly (an exception) or
-// gives a wrong answer (a kernel that writes zeros), and its tests fail. Exercise 3 also feeds
-// v6, v7, argmax and moments: their tests fail until it is done.
+// (lesson05_exercise_tests): there, reduce_sum and softmax_rows call YOUR code. (The lesson
+// binary, lesson05, always runs the solutions.) Until you solve an exercise, its stub fails
+// loudly (an exception) or gives a wrong answer (a kernel that writes zeros), and its tests
+// fail. Exercise 3 also feeds v6, v7, argmax and moments: their tests fail until it is done.
 //
 // The README's "Exercises" section has the hints; reduction.cu's comments explain each idea.
 #include "reduction.cuh"

@@ -1,19 +1,18 @@
 // Lesson 05: parallel reduction, the sum of n floats, one numbered version per idea.
 //
+// clang-format off
 //   N  kernel                                what it fixes in the version before
 //   0  reduce_v0_atomic_per_element          the obvious first try: one atomicAdd per element
 //   1  reduce_v1_interleaved_divergent       a tree in shared memory instead of n serial atomics
 //   2  reduce_v2_interleaved_bank_conflicts  v1's warps all diverge: pack active threads together
-//   3  reduce_v3_sequential_addressing       v2's strided indices hit one bank: read consecutive
-//   words 4  reduce_v4_first_add_during_load       half of v3's threads idle from the first step:
-//   add 2 on load 5  reduce_v5_warp_shuffle                the last warp's steps in registers
-//   (__shfl_down_sync) 6  reduce_v6_grid_stride_float4          one element or two per thread is
-//   launch-bound: one wave of
+//   3  reduce_v3_sequential_addressing       v2's strided indices collide in banks: consecutive words
+//   4  reduce_v4_first_add_during_load       half of v3's threads idle from step one: add 2 on load
+//   5  reduce_v5_warp_shuffle                the last warp's steps in registers (__shfl_down_sync)
+//   6  reduce_v6_grid_stride_float4          1-2 elements per thread is launch-bound: one wave of
 //                                            blocks, float4 loads, 4 loads in flight per thread
-//   7  reduce_v7_deterministic               v6's atomicAdd of block totals varies run to run:
-//   totals
-//                                            in block order, the last block adds them in fixed
-//                                            order
+//   7  reduce_v7_deterministic               v6's atomicAdd of block totals varies run to run: totals
+//                                            in block order, the last block adds them in fixed order
+// clang-format on
 //
 // Run one version: `lesson05 N` (checked against a double-precision CPU sum, then timed).
 // Time them all against cub::DeviceReduce::Sum: `make bench LESSON=05`.
@@ -267,7 +266,7 @@ unsigned grid_stride_blocks(const void* kernel, const Float4Split& s) {
 }
 
 // v6: thread_reduce + block_reduce, then one atomicAdd per block into *out (zeroed first).
-// Fast, a single launch, but the ~1000 block totals arrive in a different order every run.
+// Fast and a single launch, but the ~1000 block totals can land in a different order each run.
 __global__ void __launch_bounds__(kBlockThreads)
     reduce_v6_grid_stride_float4(const float* __restrict__ in, Float4Split split, float* out) {
   const float block_total = block_reduce(thread_reduce(in, split, SumOp{}), SumOp{});

@@ -385,8 +385,17 @@ TEST_CASE("uniform_from_index is deterministic and stays in [lo, hi)", "[fill]")
 
 // ================================================================== GPU tests
 
+// v3 and v5 are exercises: their exact-sum and offset checks are their own [ex1]/[ex2] cases.
+namespace {
+bool is_exercise_version(int version) {
+  return version == 3 || version == 5;
+}
+}  // namespace
+
 TEST_CASE("every version: all-ones gives exactly n, small integers their exact sum", "[gpu][sum]") {
-  for (const auto& v : reduction::versions()) check_exact_sums(v.number);
+  for (const auto& v : reduction::versions()) {
+    if (!is_exercise_version(v.number)) check_exact_sums(v.number);
+  }
 }
 
 TEST_CASE("every version: random data within the error bound of its summation tree", "[gpu][sum]") {
@@ -406,7 +415,9 @@ TEST_CASE("every version: random data within the error bound of its summation tr
 
 TEST_CASE("every version: input pointers 4, 8 and 12 bytes past a 16-byte boundary",
           "[gpu][sum][alignment]") {
-  for (const auto& v : reduction::versions()) check_offsets(v.number);
+  for (const auto& v : reduction::versions()) {
+    if (!is_exercise_version(v.number)) check_offsets(v.number);
+  }
 }
 
 TEST_CASE("v3 sequential addressing: exact sums at every size and offset", "[gpu][ex1]") {
