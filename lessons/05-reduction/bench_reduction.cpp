@@ -70,50 +70,46 @@ void BM_thrust_reduce(benchmark::State& state) {
   report(state, n, s);
 }
 
+// Times launch(input, n, out, workspace, stream) writing one T: the shape of reduce_sum (with
+// the version bound), argmax and moments.
+template <class T, class Launch>
+void time_reduction(benchmark::State& state, std::size_t n, Launch launch) {
+  course::Stream stream;
+  course::DeviceBuffer<T> out(1);
+  reduction::Workspace ws;
+  const double s = course::bench::time_on_gpu(state, stream,
+                                              [&] { launch(input(), n, out.data(), ws, stream); });
+  report(state, n, s);
+}
+
 // Every version at 2^28; the argument is the version number.
 void BM_sum_version(benchmark::State& state) {
   const int version = static_cast<int>(state.range(0));
-  const auto n = static_cast<std::size_t>(kLargest);
   state.SetLabel(reduction::versions().at(version).name);
-  course::Stream stream;
-  course::DeviceBuffer<float> out(1);
-  reduction::Workspace ws;
-  const double s = course::bench::time_on_gpu(
-      state, stream, [&] { reduction::reduce_sum(version, input(), n, out.data(), ws, stream); });
-  report(state, n, s);
+  time_reduction<float>(
+      state, kLargest,
+      [version](const float* in, std::size_t n, float* out, reduction::Workspace& ws,
+                cudaStream_t s) { reduction::reduce_sum(version, in, n, out, ws, s); });
 }
 
 // The best version over sizes; the argument is n.
 void BM_sum_best(benchmark::State& state) {
-  const auto n = static_cast<std::size_t>(state.range(0));
   state.SetLabel(reduction::versions().at(reduction::kBestVersion).name);
-  course::Stream stream;
-  course::DeviceBuffer<float> out(1);
-  reduction::Workspace ws;
-  const double s = course::bench::time_on_gpu(state, stream, [&] {
-    reduction::reduce_sum(reduction::kBestVersion, input(), n, out.data(), ws, stream);
-  });
-  report(state, n, s);
+  time_reduction<float>(
+      state, static_cast<std::size_t>(state.range(0)),
+      [](const float* in, std::size_t n, float* out, reduction::Workspace& ws, cudaStream_t s) {
+        reduction::reduce_sum(reduction::kBestVersion, in, n, out, ws, s);
+      });
 }
 
 void BM_argmax(benchmark::State& state) {
-  const auto n = static_cast<std::size_t>(state.range(0));
-  course::Stream stream;
-  course::DeviceBuffer<reduction::ArgMax> out(1);
-  reduction::Workspace ws;
-  const double s = course::bench::time_on_gpu(
-      state, stream, [&] { reduction::argmax(input(), n, out.data(), ws, stream); });
-  report(state, n, s);
+  time_reduction<reduction::ArgMax>(state, static_cast<std::size_t>(state.range(0)),
+                                    reduction::argmax);
 }
 
 void BM_moments(benchmark::State& state) {
-  const auto n = static_cast<std::size_t>(state.range(0));
-  course::Stream stream;
-  course::DeviceBuffer<reduction::Moments> out(1);
-  reduction::Workspace ws;
-  const double s = course::bench::time_on_gpu(
-      state, stream, [&] { reduction::moments(input(), n, out.data(), ws, stream); });
-  report(state, n, s);
+  time_reduction<reduction::Moments>(state, static_cast<std::size_t>(state.range(0)),
+                                     reduction::moments);
 }
 
 // Softmax over class scores, rows x cols: e.g. 8400 anchors x 80 classes (a YOLOv8 head at

@@ -109,20 +109,6 @@ course::DeviceBuffer<float> upload(const std::vector<float>& host) {
   return device;
 }
 
-template <class T>
-T fetch(const T* device, cudaStream_t stream) {
-  T value;
-  CUDA_CHECK(cudaMemcpyAsync(&value, device, sizeof(T), cudaMemcpyDeviceToHost, stream));
-  CUDA_CHECK(cudaStreamSynchronize(stream));
-  return value;
-}
-
-std::uint32_t bits(float x) {
-  std::uint32_t b;
-  std::memcpy(&b, &x, sizeof b);
-  return b;
-}
-
 constexpr double kU = 1.0 / 16777216.0;  // unit roundoff of float, 2^-24
 
 bool g_all_ok = true;
@@ -161,7 +147,7 @@ void sum_every_version(const Options& o, cudaStream_t stream) {
   course::DeviceBuffer<unsigned char> cub_temp;
   const float cub_ms = median_ms(
       stream, o.reps, [&] { reduction::cub_sum(in.data(), n, out.data(), cub_temp, stream); });
-  const float cub_result = fetch(out.data(), stream);
+  const float cub_result = reduction::read_back(out.data(), stream);
   const auto row = [&](const char* name, float ms, float result) {
     const double err = std::fabs(result - exact);
     std::printf("   %-38s %9.3f %8.0f %5.0f%% %16.6f %14.2f\n", name, ms, bytes / (ms * 1e-3) / 1e9,
@@ -179,7 +165,7 @@ void sum_every_version(const Options& o, cudaStream_t stream) {
     if (o.version >= 0 && v.number != o.version) continue;
     // Checked before timed: a fast wrong kernel is not a result.
     reduction::reduce_sum(v.number, in.data(), n, out.data(), ws, stream);
-    const float result = fetch(out.data(), stream);
+    const float result = reduction::read_back(out.data(), stream);
     const float ms = median_ms(stream, o.reps, [&] {
       reduction::reduce_sum(v.number, in.data(), n, out.data(), ws, stream);
     });
@@ -205,9 +191,9 @@ void atomic_traps(cudaStream_t stream) {
     std::printf("      v%d:", version);
     for (int run = 0; run < 5; ++run) {
       reduction::reduce_sum(version, in.data(), n, out.data(), ws, stream);
-      const float s = fetch(out.data(), stream);
-      distinct.insert(bits(s));
-      std::printf(" %.7g(%08x)", s, bits(s));
+      const float s = reduction::read_back(out.data(), stream);
+      distinct.insert(reduction::float_bits(s));
+      std::printf(" %.7g(%08x)", s, reduction::float_bits(s));
     }
     std::printf("  -> %zu distinct\n", distinct.size());
     if (version == reduction::kBestVersion) check(distinct.size() == 1, "v7 must repeat its bits");
@@ -222,9 +208,9 @@ void atomic_traps(cudaStream_t stream) {
   for (std::size_t i = 0; i < ones_n; ++i)
     cpu += 1.0f;  // sequential, like one atomic after another
   reduction::reduce_sum(0, ones.data(), ones_n, out.data(), ws, stream);
-  const float atomics = fetch(out.data(), stream);
+  const float atomics = reduction::read_back(out.data(), stream);
   reduction::reduce_sum(reduction::kBestVersion, ones.data(), ones_n, out.data(), ws, stream);
-  const float tree = fetch(out.data(), stream);
+  const float tree = reduction::read_back(out.data(), stream);
   std::printf("   b) %zu ones: CPU float loop %.0f, v0 atomics %.0f, v7 tree %.0f\n", ones_n, cpu,
               atomics, tree);
   std::printf(
@@ -248,7 +234,7 @@ void deployment_uses(cudaStream_t stream) {
   course::DeviceBuffer<float> d_scores = upload(scores);
   course::DeviceBuffer<reduction::ArgMax> d_best(1);
   reduction::argmax(d_scores.data(), scores.size(), d_best.data(), ws, stream);
-  const reduction::ArgMax best = fetch(d_best.data(), stream);
+  const reduction::ArgMax best = reduction::read_back(d_best.data(), stream);
   std::printf(
       "   a) argmax of 1000 scores, 9.5 at classes 417 and 862: class %u (%.2f); ties go to the "
       "lower index\n",
@@ -262,7 +248,7 @@ void deployment_uses(cudaStream_t stream) {
     reduction::fill_uniform(x.data(), n, 11, shift, shift + 1.0f, stream);
     course::DeviceBuffer<reduction::Moments> d_m(1);
     reduction::moments(x.data(), n, d_m.data(), ws, stream);
-    const reduction::Moments m = fetch(d_m.data(), stream);
+    const reduction::Moments m = reduction::read_back(d_m.data(), stream);
     const std::vector<float> h = course::to_host(x);
     double mean = 0.0, ss = 0.0;
     for (float v : h) mean += v;

@@ -18,8 +18,10 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
+#include "common/cuda_check.hpp"
 #include "common/memory.hpp"
 
 // Per-element math is compiled for both sides by nvcc and as plain host code by g++ (tests).
@@ -202,6 +204,27 @@ void softmax_rows(const float* in, float* out, std::size_t rows, std::size_t col
 // Preconditions: rows > 0, cols > 0, arguments valid (softmax_rows checks them).
 void softmax_rows_warp_per_row(const float* in, float* out, std::size_t rows, std::size_t cols,
                                cudaStream_t stream);
+
+// ------------------------------------------------------------------------------------------
+// Small host helpers main.cu and the tests share.
+
+// Copies one value (a sum, an ArgMax, a Moments) from device memory, after the work queued on
+// `stream` before it, and waits for it.
+template <class T>
+T read_back(const T* device_value, cudaStream_t stream) {
+  T value;
+  CUDA_CHECK(cudaMemcpyAsync(&value, device_value, sizeof(T), cudaMemcpyDeviceToHost, stream));
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+  return value;
+}
+
+// The bits of a float, to compare results bit for bit (== would call -0.0 and 0.0 equal and a
+// NaN unequal to itself).
+inline std::uint32_t float_bits(float x) {
+  std::uint32_t bits;
+  std::memcpy(&bits, &x, sizeof bits);
+  return bits;
+}
 
 // ------------------------------------------------------------------------------------------
 // Test data on the GPU: out[i] = uniform_from_index(seed, i, lo, hi). Cheaper than generating

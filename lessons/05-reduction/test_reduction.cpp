@@ -37,7 +37,9 @@
 using course::testing::Contains;
 using reduction::ArgMax;
 using reduction::Float4Split;
+using reduction::float_bits;
 using reduction::Moments;
+using reduction::read_back;
 
 namespace {
 
@@ -121,27 +123,13 @@ class Placed {
   std::size_t first_;
 };
 
-template <class T>
-T fetch(const T* device, cudaStream_t stream) {
-  T value;
-  CUDA_CHECK(cudaMemcpyAsync(&value, device, sizeof(T), cudaMemcpyDeviceToHost, stream));
-  CUDA_CHECK(cudaStreamSynchronize(stream));
-  return value;
-}
-
 float gpu_sum(int version, const std::vector<float>& host, int offset = 0) {
   const Placed in(host, offset);
   course::Stream stream;
   reduction::Workspace ws;
   course::DeviceBuffer<float> out(1);
   reduction::reduce_sum(version, in.data(), host.size(), out.data(), ws, stream);
-  return fetch(out.data(), stream);
-}
-
-std::uint32_t bits(float x) {
-  std::uint32_t b;
-  std::memcpy(&b, &x, sizeof b);
-  return b;
+  return read_back(out.data(), stream);
 }
 
 // The sizes-and-data checks every version must pass; exact results only, so they catch any
@@ -268,7 +256,7 @@ TEST_CASE("split_for_float4: the pieces cover n and the body is 16-byte aligned"
 TEST_CASE("argmax_combine: larger value wins, ties go to the lower index, NaN wins", "[argmax]") {
   using reduction::argmax_combine;
   const auto same = [](ArgMax a, ArgMax b) {
-    return bits(a.value) == bits(b.value) && a.index == b.index;
+    return float_bits(a.value) == float_bits(b.value) && a.index == b.index;
   };
   CHECK(same(argmax_combine({1.0f, 5}, {2.0f, 9}), {2.0f, 9}));
   CHECK(same(argmax_combine({2.0f, 9}, {1.0f, 5}), {2.0f, 9}));
@@ -438,19 +426,19 @@ TEST_CASE("v7 is bitwise identical run to run", "[gpu][sum][determinism]") {
   course::Stream stream;
   reduction::Workspace ws;
   reduction::reduce_sum(reduction::kBestVersion, in.data(), n, out.data(), ws, stream);
-  const float first = fetch(out.data(), stream);
+  const float first = read_back(out.data(), stream);
   CHECK(std::fabs(first - reference_sum(x).sum) <=
         gamma_h(tree_height(7, n)) * reference_sum(x).abs_sum);
   for (int run = 0; run < 20; ++run) {
     reduction::reduce_sum(reduction::kBestVersion, in.data(), n, out.data(), ws, stream);
     CAPTURE(run);
-    CHECK(bits(fetch(out.data(), stream)) == bits(first));
+    CHECK(float_bits(read_back(out.data(), stream)) == float_bits(first));
   }
   // A fresh workspace and another stream change nothing either.
   course::Stream other;
   reduction::Workspace fresh;
   reduction::reduce_sum(reduction::kBestVersion, in.data(), n, out.data(), fresh, other);
-  CHECK(bits(fetch(out.data(), other)) == bits(first));
+  CHECK(float_bits(read_back(out.data(), other)) == float_bits(first));
 }
 
 TEST_CASE("the versions documented as deterministic repeat their bits", "[gpu][sum][determinism]") {
@@ -458,8 +446,8 @@ TEST_CASE("the versions documented as deterministic repeat their bits", "[gpu][s
   for (const auto& v : reduction::versions()) {
     if (!v.deterministic) continue;
     CAPTURE(v.number);
-    const std::uint32_t first = bits(gpu_sum(v.number, x));
-    for (int run = 0; run < 5; ++run) CHECK(bits(gpu_sum(v.number, x)) == first);
+    const std::uint32_t first = float_bits(gpu_sum(v.number, x));
+    for (int run = 0; run < 5; ++run) CHECK(float_bits(gpu_sum(v.number, x)) == first);
   }
 }
 
@@ -483,7 +471,7 @@ TEST_CASE("one Workspace serves many sizes and versions in turn", "[gpu][sum]") 
     for (int version : {1, 5, 6, 7}) {
       CAPTURE(n, version);
       reduction::reduce_sum(version, in.data(), n, out.data(), ws, stream);
-      CHECK(fetch(out.data(), stream) == static_cast<float>(reference_sum(ints).sum));
+      CHECK(read_back(out.data(), stream) == static_cast<float>(reference_sum(ints).sum));
     }
   }
 }
@@ -498,7 +486,7 @@ TEST_CASE("CUB and Thrust baselines: exact on exact data, within bound on random
     const std::vector<float> ints = small_integers(n, 31);
     const Placed in_ints(ints, 0);
     reduction::cub_sum(in_ints.data(), n, out.data(), temp, stream);
-    CHECK(fetch(out.data(), stream) == static_cast<float>(reference_sum(ints).sum));
+    CHECK(read_back(out.data(), stream) == static_cast<float>(reference_sum(ints).sum));
     CHECK(reduction::thrust_sum(in_ints.data(), n, stream) ==
           static_cast<float>(reference_sum(ints).sum));
     // The libraries' trees are theirs to choose: bound them as any order (h = n).
@@ -506,7 +494,7 @@ TEST_CASE("CUB and Thrust baselines: exact on exact data, within bound on random
     const Placed in_x(x, 3);
     const Reference ref = reference_sum(x);
     reduction::cub_sum(in_x.data(), n, out.data(), temp, stream);
-    CHECK(std::fabs(fetch(out.data(), stream) - ref.sum) <=
+    CHECK(std::fabs(read_back(out.data(), stream) - ref.sum) <=
           gamma_h(static_cast<double>(n)) * ref.abs_sum);
     CHECK(std::fabs(reduction::thrust_sum(in_x.data(), n, stream) - ref.sum) <=
           gamma_h(static_cast<double>(n)) * ref.abs_sum);
@@ -521,7 +509,7 @@ TEST_CASE("fill_uniform writes uniform_from_index, bit for bit", "[gpu][fill]") 
   stream.synchronize();
   const std::vector<float> h = course::to_host(d);
   for (std::size_t i = 0; i < n; ++i) {
-    if (bits(h[i]) != bits(reduction::uniform_from_index(1234, i, -2.0f, 3.0f))) {
+    if (float_bits(h[i]) != float_bits(reduction::uniform_from_index(1234, i, -2.0f, 3.0f))) {
       FAIL("fill_uniform differs from uniform_from_index at i = " << i);
     }
   }
@@ -536,7 +524,7 @@ ArgMax gpu_argmax(const std::vector<float>& host, int offset) {
   reduction::Workspace ws;
   course::DeviceBuffer<ArgMax> out(1);
   reduction::argmax(in.data(), host.size(), out.data(), ws, stream);
-  return fetch(out.data(), stream);
+  return read_back(out.data(), stream);
 }
 
 std::uint32_t reference_argmax(const std::vector<float>& x) {
@@ -605,7 +593,7 @@ TEST_CASE("moments: mean and variance against a two-pass double reference", "[gp
       reduction::Workspace ws;
       course::DeviceBuffer<Moments> out(1);
       reduction::moments(in.data(), n, out.data(), ws, stream);
-      const Moments m = fetch(out.data(), stream);
+      const Moments m = read_back(out.data(), stream);
       double mean = 0.0, variance = 0.0;
       reference_moments(x, mean, variance);
       const double h = tree_height(7, n);
@@ -627,7 +615,7 @@ TEST_CASE("moments: constant data has exactly its value as mean and zero varianc
     reduction::Workspace ws;
     course::DeviceBuffer<Moments> out(1);
     reduction::moments(in.data(), n, out.data(), ws, stream);
-    const Moments m = fetch(out.data(), stream);
+    const Moments m = read_back(out.data(), stream);
     CHECK(m.count == n);
     CHECK(m.mean == 0.1f);
     CHECK(m.m2 == 0.0f);
@@ -649,13 +637,19 @@ std::vector<float> gpu_softmax(const std::vector<float>& scores, std::size_t row
   return in_place ? course::to_host(in) : course::to_host(out);
 }
 
-// Per-output bound, relative: x - m rounds with error |x - m| u, which exp() turns into a
-// relative error of |x - m| u; expf itself is within 2 ulp ("Mathematical Functions" appendix);
-// the row sum is a chain of ceil(cols / 32) additions per lane plus 5 shuffle levels (all
-// terms positive, so gamma_h(h) is relative); one more rounding for the division.
+// Per-output bound, relative to p = exp(x - m) / S:
+//  - this output's exp: x - m rounds with error |x - m| u, which exp() turns into a relative error
+//    of |x - m| u, and expf itself is within 2 ulp <= 4u (the Programming Guide's "Mathematical
+//    Functions" appendix): (gap + 4) u;
+//  - the row sum S: its terms carry the same errors, weighted by p_j, and sum_j p_j (m - x_j)
+//    <= log(cols) (it is at most the entropy of p), so (log(cols) + 4) u; plus the additions, a
+//    chain of ceil(cols / 32) per lane and 5 shuffle levels, all terms positive: gamma(h);
+//  - one rounding for the division: u.
 double softmax_tolerance(double gap, std::size_t cols, double p) {
   const double h = std::ceil(static_cast<double>(cols) / 32.0) + 5.0;
-  return p * ((gap + 2.0 + 2.0) * kU + gamma_h(h) + kU) + 1e-30;
+  const double term = (gap + 4.0) * kU;
+  const double sum = (std::log(static_cast<double>(cols)) + 4.0) * kU + gamma_h(h);
+  return p * (term + sum + kU) + 1e-30;
 }
 }  // namespace
 
@@ -699,5 +693,6 @@ TEST_CASE("softmax_rows: large logits do not overflow; -inf gives 0; in place wo
   const std::vector<float> x = uniform(4 * 100, -5.0f, 5.0f, 77);
   const std::vector<float> separate = gpu_softmax(x, 4, 100);
   const std::vector<float> in_place = gpu_softmax(x, 4, 100, true);
-  for (std::size_t i = 0; i < x.size(); ++i) CHECK(bits(in_place[i]) == bits(separate[i]));
+  for (std::size_t i = 0; i < x.size(); ++i)
+    CHECK(float_bits(in_place[i]) == float_bits(separate[i]));
 }
