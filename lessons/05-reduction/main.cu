@@ -1,0 +1,329 @@
+// Lesson 05: parallel reduction, step by step to the speed of memory.
+//
+//   lesson05 [VERSION] [--n N] [--reps R] [--help]
+//
+// 1. Sums N random floats with every version (or only VERSION), each checked against a
+//    double-precision CPU sum before it is timed, next to cub::DeviceReduce::Sum and
+//    thrust::reduce.
+// 2. Shows the two traps of summing with atomicAdd into one float: results that change from run
+//    to run, and a total of ones that stops at 2^24.
+// 3. Runs the deployment uses built from the same kernels: argmax of class scores, mean and
+//    variance for normalisation, and a row-wise softmax.
+// Exits 0 when every check passes, 1 otherwise. The full benchmark is `make bench LESSON=05`.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "common/cuda_check.hpp"
+#include "common/device.hpp"
+#include "common/memory.hpp"
+#include "common/stream.hpp"
+#include "reduction.cuh"
+
+namespace {
+
+struct Options {
+  int version = -1;                      // -1: every version
+  std::size_t n = std::size_t{1} << 26;  // 256 MiB of floats: well past the L2, so DRAM is timed
+  int reps = 5;
+  bool help = false;
+};
+
+void print_usage(const char* program) {
+  std::printf(
+      "usage: %s [VERSION] [--n N] [--reps R] [--help]\n"
+      "  VERSION   0..7: check and time only this version of the sum (default: all)\n"
+      "  --n N     number of floats to sum (default 67108864 = 2^26, 256 MiB)\n"
+      "  --reps R  timed repetitions per version; the median is printed (default 5)\n"
+      "Versions:\n",
+      program);
+  for (const auto& v : reduction::versions())
+    std::printf("  %d  %-38s %s\n", v.number, v.name, v.fixes);
+}
+
+std::size_t parse_count(const std::string& flag, const char* text) {
+  char* end = nullptr;
+  const unsigned long long value = std::strtoull(text, &end, 10);
+  if (end == text || *end != '\0' || text[0] == '-') {
+    throw std::invalid_argument(flag + " expects a non-negative integer, got '" + text + "'");
+  }
+  return static_cast<std::size_t>(value);
+}
+
+Options parse(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--help" || arg == "-h") {
+      o.help = true;
+    } else if (arg == "--n" || arg == "--reps") {
+      if (i + 1 >= argc) throw std::invalid_argument(arg + " needs a value");
+      const std::size_t value = parse_count(arg, argv[++i]);
+      if (arg == "--n") {
+        if (value == 0 || value > reduction::kMaxElements) {
+          throw std::invalid_argument("--n expects 1..2147483647, got " + std::to_string(value));
+        }
+        o.n = value;
+      } else {
+        if (value == 0 || value > 1000) throw std::invalid_argument("--reps expects 1..1000");
+        o.reps = static_cast<int>(value);
+      }
+    } else {
+      const std::size_t v = parse_count("VERSION", argv[i]);
+      if (v >= reduction::versions().size()) {
+        throw std::invalid_argument("VERSION must be 0.." +
+                                    std::to_string(reduction::versions().size() - 1) + ", got " +
+                                    arg);
+      }
+      o.version = static_cast<int>(v);
+    }
+  }
+  return o;
+}
+
+// Median of `reps` event-timed runs after one warm-up run (which also allocates scratch memory).
+template <class F>
+float median_ms(cudaStream_t stream, int reps, F&& enqueue) {
+  enqueue();
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+  std::vector<float> ms;
+  for (int r = 0; r < reps; ++r) ms.push_back(course::time_on_stream_ms(stream, enqueue));
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+// course::to_device uses cudaMemcpy, which from pageable memory may return before the data has
+// landed, on the legacy default stream, which our non-blocking stream does not wait for (lesson
+// 04): wait for it before a kernel on `stream` reads the buffer.
+course::DeviceBuffer<float> upload(const std::vector<float>& host) {
+  course::DeviceBuffer<float> device = course::to_device(host);
+  CUDA_CHECK(cudaDeviceSynchronize());
+  return device;
+}
+
+constexpr double kU = 1.0 / 16777216.0;  // unit roundoff of float, 2^-24
+
+bool g_all_ok = true;
+void check(bool ok, const char* what) {
+  if (!ok) {
+    std::printf("  CHECK FAILED: %s\n", what);
+    g_all_ok = false;
+  }
+}
+
+// ---------------------------------------------------------------------------------- part 1
+void sum_every_version(const Options& o, cudaStream_t stream) {
+  const std::size_t n = o.n;
+  const double bytes = static_cast<double>(n) * sizeof(float);
+  std::printf("\n1. The sum of n = %zu random floats in [-1, 1) (%.0f MiB), median of %d runs\n", n,
+              bytes / (1 << 20), o.reps);
+  course::DeviceBuffer<float> in(n);
+  reduction::fill_uniform(in.data(), n, 2025, -1.0f, 1.0f, stream);
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+  const std::vector<float> host = course::to_host(in);
+  double exact = 0.0, abs_sum = 0.0;
+  for (float x : host) {
+    exact += x;
+    abs_sum += std::fabs(x);
+  }
+  // Any order of float additions stays within (n u / (1 - n u)) sum|x| of the exact sum
+  // (Higham, section 4.2): the pass/fail line. The error column shows how far inside it each
+  // version lands, in units of u * sum|x|: a long chain of additions (v0) drifts much further
+  // than a shallow tree.
+  const double any_order_bound = n * kU / (1.0 - n * kU) * abs_sum;
+  std::printf("   double-precision CPU sum %.6f; sum|x| %.1f\n\n", exact, abs_sum);
+  std::printf("   %-38s %9s %8s %6s %16s %14s\n", "version", "ms", "GB/s", "%cub", "sum",
+              "err/(u sum|x|)");
+
+  course::DeviceBuffer<float> out(1);
+  course::DeviceBuffer<unsigned char> cub_temp;
+  const float cub_ms = median_ms(
+      stream, o.reps, [&] { reduction::cub_sum(in.data(), n, out.data(), cub_temp, stream); });
+  const float cub_result = reduction::read_back(out.data(), stream);
+  const auto row = [&](const char* name, float ms, float result) {
+    const double err = std::fabs(result - exact);
+    std::printf("   %-38s %9.3f %8.0f %5.0f%% %16.6f %14.2f\n", name, ms, bytes / (ms * 1e-3) / 1e9,
+                100.0 * cub_ms / ms, result, err / (kU * abs_sum));
+    check(err <= any_order_bound, name);
+  };
+  row("cub::DeviceReduce::Sum", cub_ms, cub_result);
+  float thrust_result = 0.0f;
+  const float thrust_ms = median_ms(
+      stream, o.reps, [&] { thrust_result = reduction::thrust_sum(in.data(), n, stream); });
+  row("thrust::reduce (allocates, syncs)", thrust_ms, thrust_result);
+
+  reduction::Workspace ws;
+  for (const auto& v : reduction::versions()) {
+    if (o.version >= 0 && v.number != o.version) continue;
+    // Checked before timed: a fast wrong kernel is not a result.
+    reduction::reduce_sum(v.number, in.data(), n, out.data(), ws, stream);
+    const float result = reduction::read_back(out.data(), stream);
+    const float ms = median_ms(stream, o.reps, [&] {
+      reduction::reduce_sum(v.number, in.data(), n, out.data(), ws, stream);
+    });
+    const std::string label = std::to_string(v.number) + " " + v.name;
+    row(label.c_str(), ms, result);
+  }
+  std::printf("   (GB/s counts the %zu input bytes once; %%cub = CUB's time / this time)\n",
+              n * sizeof(float));
+}
+
+// ---------------------------------------------------------------------------------- part 2
+void atomic_traps(cudaStream_t stream) {
+  std::printf("\n2. The atomicAdd traps\n");
+  // (a) Run to run: the same data, summed five times.
+  const std::size_t n = std::size_t{1} << 22;
+  course::DeviceBuffer<float> in(n);
+  reduction::fill_uniform(in.data(), n, 7, -1.0f, 1.0f, stream);
+  course::DeviceBuffer<float> out(1);
+  reduction::Workspace ws;
+  std::printf("   a) the same %zu floats summed 5 times (sum, then its bits):\n", n);
+  for (int version : {0, 6, 7}) {
+    std::set<std::uint32_t> distinct;
+    std::printf("      v%d:", version);
+    for (int run = 0; run < 5; ++run) {
+      reduction::reduce_sum(version, in.data(), n, out.data(), ws, stream);
+      const float s = reduction::read_back(out.data(), stream);
+      distinct.insert(reduction::float_bits(s));
+      std::printf(" %.7g(%08x)", s, reduction::float_bits(s));
+    }
+    std::printf("  -> %zu distinct\n", distinct.size());
+    if (version == reduction::kBestVersion) check(distinct.size() == 1, "v7 must repeat its bits");
+  }
+  std::printf("      v0 and v6 add in whatever order the atomics arrive; v7 fixes the order.\n");
+
+  // (b) 2^25 ones: a float that counts by 1 stops at 2^24 = 16777216.
+  const std::size_t ones_n = std::size_t{1} << 25;
+  course::DeviceBuffer<float> ones(ones_n);
+  reduction::fill_uniform(ones.data(), ones_n, 0, 1.0f, 1.0f, stream);  // lo == hi: all 1.0f
+  float cpu = 0.0f;
+  for (std::size_t i = 0; i < ones_n; ++i)
+    cpu += 1.0f;  // sequential, like one atomic after another
+  reduction::reduce_sum(0, ones.data(), ones_n, out.data(), ws, stream);
+  const float atomics = reduction::read_back(out.data(), stream);
+  reduction::reduce_sum(reduction::kBestVersion, ones.data(), ones_n, out.data(), ws, stream);
+  const float tree = reduction::read_back(out.data(), stream);
+  std::printf("   b) %zu ones: CPU float loop %.0f, v0 atomics %.0f, v7 tree %.0f\n", ones_n, cpu,
+              atomics, tree);
+  std::printf(
+      "      once a float total reaches 2^24, total + 1 rounds back to the total; a tree\n"
+      "      only ever adds partial sums of similar size.\n");
+  check(cpu == 16777216.0f, "the sequential float sum of ones stops at 2^24");
+  check(atomics == 16777216.0f, "the atomic float sum of ones stops at 2^24");
+  check(tree == static_cast<float>(ones_n), "the tree sum of 2^25 ones is exact");
+}
+
+// ---------------------------------------------------------------------------------- part 3
+void deployment_uses(cudaStream_t stream) {
+  std::printf("\n3. Deployment uses of the same kernels\n");
+  reduction::Workspace ws;
+
+  // (a) argmax over 1000 class scores, with the top score tied at two classes.
+  std::vector<float> scores(1000);
+  for (std::size_t i = 0; i < scores.size(); ++i)
+    scores[i] = reduction::uniform_from_index(3, i, -5.0f, 5.0f);
+  scores[417] = scores[862] = 9.5f;
+  course::DeviceBuffer<float> d_scores = upload(scores);
+  course::DeviceBuffer<reduction::ArgMax> d_best(1);
+  reduction::argmax(d_scores.data(), scores.size(), d_best.data(), ws, stream);
+  const reduction::ArgMax best = reduction::read_back(d_best.data(), stream);
+  std::printf(
+      "   a) argmax of 1000 scores, 9.5 at classes 417 and 862: class %u (%.2f); ties go to the "
+      "lower index\n",
+      best.index, best.value);
+  check(best.index == 417 && best.value == 9.5f, "argmax picks the first of tied maxima");
+
+  // (b) mean and variance of a 3x640x640 tensor, and of the same data shifted by 1000.
+  const std::size_t n = 3 * 640 * 640;
+  for (float shift : {0.0f, 1000.0f}) {
+    course::DeviceBuffer<float> x(n);
+    reduction::fill_uniform(x.data(), n, 11, shift, shift + 1.0f, stream);
+    course::DeviceBuffer<reduction::Moments> d_m(1);
+    reduction::moments(x.data(), n, d_m.data(), ws, stream);
+    const reduction::Moments m = reduction::read_back(d_m.data(), stream);
+    const std::vector<float> h = course::to_host(x);
+    double mean = 0.0, ss = 0.0;
+    for (float v : h) mean += v;
+    mean /= n;
+    for (float v : h) ss += (v - mean) * (v - mean);
+    float naive_sum = 0.0f, naive_sq = 0.0f;  // the textbook formula in float: E[x^2] - E[x]^2
+    for (float v : h) {
+      naive_sum += v;
+      naive_sq += v * v;
+    }
+    const float naive_mean = naive_sum / n;
+    const float naive_var = naive_sq / n - naive_mean * naive_mean;
+    std::printf(
+        "   b) %zu values in [%g, %g): mean %.6f var %.6f (double: %.6f, %.6f; float "
+        "E[x^2]-E[x]^2: %.6f)\n",
+        n, shift, shift + 1.0, m.mean, reduction::population_variance(m), mean, ss / n, naive_var);
+    check(std::fabs(m.mean - mean) <= 1e-4 * (1.0 + std::fabs(mean)), "moments: mean");
+    // Loose on purpose: the shifted data is badly conditioned (mean^2 / variance ~ 10^7); the
+    // point is the contrast with the textbook formula, which is off by far more.
+    check(std::fabs(reduction::population_variance(m) - ss / n) <= 1e-2 * (ss / n),
+          "moments: variance");
+  }
+
+  // (c) softmax over 4 rows of 1000 class scores; row 3's logits are 100x larger.
+  const std::size_t rows = 4, cols = 1000;
+  std::vector<float> logits(rows * cols);
+  for (std::size_t i = 0; i < logits.size(); ++i)
+    logits[i] = reduction::uniform_from_index(5, i, -5.0f, 5.0f);
+  for (std::size_t c = 0; c < cols; ++c) logits[3 * cols + c] *= 100.0f;
+  course::DeviceBuffer<float> d_logits = upload(logits);
+  course::DeviceBuffer<float> d_probs(rows * cols);
+  reduction::softmax_rows(d_logits.data(), d_probs.data(), rows, cols, stream);
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+  const std::vector<float> probs = course::to_host(d_probs);
+  std::printf("   c) softmax over %zu rows x %zu classes:\n", rows, cols);
+  for (std::size_t r = 0; r < rows; ++r) {
+    const float* p = probs.data() + r * cols;
+    const float* x = logits.data() + r * cols;
+    const std::size_t top = static_cast<std::size_t>(std::max_element(p, p + cols) - p);
+    double sum = 0.0;
+    for (std::size_t c = 0; c < cols; ++c) sum += p[c];
+    const bool overflows =
+        std::isinf(std::exp(x[top]));  // float exp, as a kernel without the max would do
+    std::printf("      row %zu: top class %zu, p = %.6f, sum of p = %.7f, max logit %.1f%s\n", r,
+                top, p[top], sum, x[top], overflows ? " (exp of it alone overflows float)" : "");
+    check(std::fabs(sum - 1.0) < 1e-5, "softmax rows sum to 1");
+    check(top == static_cast<std::size_t>(std::max_element(x, x + cols) - x),
+          "softmax keeps the top class");
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    const Options o = parse(argc, argv);
+    if (o.help) {
+      print_usage(argv[0]);
+      return 0;
+    }
+    if (!course::require_device(argv[0])) return 1;
+    const course::DeviceInfo info = course::query_device(0);
+    std::printf("Lesson 05: parallel reduction\n%s\n", course::summary(info).c_str());
+    course::Stream stream;
+    sum_every_version(o, stream);
+    atomic_traps(stream);
+    deployment_uses(stream);
+    if (!g_all_ok) {
+      std::fprintf(stderr, "%s: some checks failed (see CHECK FAILED above)\n", argv[0]);
+      return 1;
+    }
+    std::printf("\nAll checks passed.\n");
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s: %s\n", argv[0], e.what());
+    return 1;
+  }
+}
