@@ -61,10 +61,6 @@ Loaded load() {
   COURSE_LOAD(cuMemFree);
   COURSE_LOAD(cuPointerGetAttribute);
   COURSE_LOAD(cuModuleGetLoadingMode);
-#if CUDA_VERSION >= 12040
-  COURSE_LOAD(cuFuncIsLoaded);
-  COURSE_LOAD(cuKernelGetFunction);
-#endif
 #undef COURSE_LOAD
   return out;
 }

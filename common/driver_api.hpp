@@ -64,10 +64,6 @@ struct DriverApi {
   decltype(&::cuMemFree) cuMemFree;
   decltype(&::cuPointerGetAttribute) cuPointerGetAttribute;
   decltype(&::cuModuleGetLoadingMode) cuModuleGetLoadingMode;
-#if CUDA_VERSION >= 12040  // added in CUDA 12.4
-  decltype(&::cuFuncIsLoaded) cuFuncIsLoaded;
-  decltype(&::cuKernelGetFunction) cuKernelGetFunction;
-#endif
 };
 
 // Loads libcuda.so.1 once (thread-safe) and returns its entry points. Loading the library does

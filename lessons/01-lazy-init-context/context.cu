@@ -118,23 +118,6 @@ void launch_kernel_b(int* out, cudaStream_t stream) {
 const void* kernel_a_symbol() { return reinterpret_cast<const void*>(&kernel_a); }
 const void* kernel_b_symbol() { return reinterpret_cast<const void*>(&kernel_b); }
 
-bool kernel_is_loaded(const void* kernel_symbol) {
-#if CUDA_VERSION < 12040
-  (void)kernel_symbol;
-  throw std::runtime_error("kernel_is_loaded needs CUDA 12.4 or newer (cuFuncIsLoaded)");
-#else
-  // cudaGetKernel gives the context-independent CUkernel (no loading involved); its CUfunction in
-  // the current context is a handle the driver can answer cuFuncIsLoaded about.
-  cudaKernel_t kernel = nullptr;
-  CUDA_CHECK(cudaGetKernel(&kernel, kernel_symbol));
-  CUfunction fn = nullptr;
-  CU_CHECK(course::driver().cuKernelGetFunction(&fn, reinterpret_cast<CUkernel>(kernel)));
-  CUfunctionLoadingState state{};
-  CU_CHECK(course::driver().cuFuncIsLoaded(&state, fn));
-  return state == CU_FUNCTION_LOADING_STATE_LOADED;
-#endif
-}
-
 bool lazy_loading_enabled() {
   CUmoduleLoadingMode mode{};
   CU_CHECK(course::driver().cuModuleGetLoadingMode(&mode));

@@ -186,29 +186,19 @@ TEST_CASE("Runtime calls run in a context created with the Driver API when it is
   CHECK(c.value("current_after_destroy") == "0");
 }
 
-CHILD_PROBE(lazy_loading) {
+CHILD_PROBE(loading_mode) {
   CUDA_CHECK(cudaSetDevice(0));
   report("lazy_mode", lesson01::lazy_loading_enabled());
-  report("a_loaded_before_launch", lesson01::kernel_is_loaded(lesson01::kernel_a_symbol()));
-  course::DeviceBuffer<int> out(1);
-  lesson01::launch_kernel_a(out.data());
-  CUDA_CHECK(cudaDeviceSynchronize());
-  report("a_loaded_after_launch", lesson01::kernel_is_loaded(lesson01::kernel_a_symbol()));
-  report("b_loaded_after_a_launch", lesson01::kernel_is_loaded(lesson01::kernel_b_symbol()));
   return 0;
 }
 
-TEST_CASE("With lazy loading a kernel is loaded at its first launch; eagerly, with the context",
-          "[gpu]") {
-  const auto lazy = probe("lazy_loading", {"CUDA_MODULE_LOADING=LAZY"});
-  CHECK(lazy.value("lazy_mode") == "1");
-  CHECK(lazy.value("a_loaded_before_launch") == "0");
-  CHECK(lazy.value("a_loaded_after_launch") == "1");
-  CHECK(lazy.value("b_loaded_after_a_launch") == "0");
-  const auto eager = probe("lazy_loading", {"CUDA_MODULE_LOADING=EAGER"});
-  CHECK(eager.value("lazy_mode") == "0");
-  CHECK(eager.value("a_loaded_before_launch") == "1");
-  CHECK(eager.value("b_loaded_after_a_launch") == "1");
+TEST_CASE("CUDA_MODULE_LOADING sets the driver's module loading mode", "[gpu]") {
+  // Whether one kernel is loaded could not be observed: on the H200 (CUDA 13.0), cuFuncIsLoaded
+  // said "loaded" before the first launch, with the CUfunction from cudaGetFuncBySymbol and from
+  // cudaGetKernel + cuKernelGetFunction alike, so getting the handle may itself load it. The
+  // mode is observable; the binary times its effect.
+  CHECK(probe("loading_mode", {"CUDA_MODULE_LOADING=LAZY"}).value("lazy_mode") == "1");
+  CHECK(probe("loading_mode", {"CUDA_MODULE_LOADING=EAGER"}).value("lazy_mode") == "0");
 }
 
 CHILD_PROBE(first_call) {
@@ -279,17 +269,18 @@ CHILD_PROBE(ex2_warm_up) {
   const auto s = observe(0);
   report("primary_active", s.primary_active);
   report("current_is_primary", s.current != nullptr && s.current == lesson01::primary_context(0));
-  report("a_loaded", lesson01::kernel_is_loaded(lesson01::kernel_a_symbol()));
-  report("b_loaded", lesson01::kernel_is_loaded(lesson01::kernel_b_symbol()));
+  // The kernels still launch and compute after the warm-up.
+  course::DeviceBuffer<int> out(1);
+  lesson01::launch_kernel_b(out.data());
+  report("b_result", course::to_host(out)[0]);
   return 0;
 }
 
-TEST_CASE("Exercise 2: after warm_up the context is current and the kernels are loaded", "[gpu][ex2]") {
+TEST_CASE("Exercise 2: after warm_up the primary context exists and is current", "[gpu][ex2]") {
   const auto c = probe("ex2_warm_up", {"CUDA_MODULE_LOADING=LAZY"});
   CHECK(c.value("primary_active") == "1");
   CHECK(c.value("current_is_primary") == "1");
-  CHECK(c.value("a_loaded") == "1");
-  CHECK(c.value("b_loaded") == "1");
+  CHECK(c.value("b_result") == "2");
 }
 
 // ---------------------------------------------------------------- exercise 3

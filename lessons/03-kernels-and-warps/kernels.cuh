@@ -78,6 +78,15 @@ struct Extent3 {
 // a grid/block dimension is 0; CudaError if the launch fails (e.g. a block of more than 1024).
 std::vector<ThreadRecord> map_threads(dim3 grid, dim3 block, Extent3 extent);
 
+// The error a launch past the device's limits (too many threads per block, a block or grid
+// dimension too large, a dimension of 0) returns at once, from cudaGetLastError right after it.
+// The CUDA documentation names it cudaErrorInvalidConfiguration; the CUDA 13.0 runtime with
+// driver 580.159 returned cudaErrorInvalidValue for every such launch on an H200 (measured by
+// this lesson's binary, 2026-11-29). Either way the kernel never ran and the error is not sticky.
+inline bool is_invalid_launch_error(cudaError_t e) {
+  return e == cudaErrorInvalidConfiguration || e == cudaErrorInvalidValue;
+}
+
 // ---------------------------------------------------------------------------------------------
 // 2. The tail: n that is not a multiple of the block size
 // ---------------------------------------------------------------------------------------------
@@ -85,8 +94,8 @@ std::vector<ThreadRecord> map_threads(dim3 grid, dim3 block, Extent3 extent);
 // c[i] = a[i] + b[i] for i < n; a, b, c: n floats each (device).
 
 // THE CLASSIC BUG, on purpose: grid = n / 256 blocks rounds down, so the last n % 256 elements are
-// never computed, and for n < 256 the grid is 0, which the runtime rejects with
-// cudaErrorInvalidConfiguration (thrown as CudaError here because the launch is checked).
+// never computed, and for n < 256 the grid is 0, which the runtime rejects at once
+// (is_invalid_launch_error; thrown as CudaError here because the launch is checked).
 // n == 0 launches nothing.
 void vector_add_truncated_grid(const float* a, const float* b, float* c, std::size_t n,
                                cudaStream_t stream = nullptr);

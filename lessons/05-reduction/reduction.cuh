@@ -56,6 +56,26 @@ const std::vector<VersionInfo>& versions();
 // The fastest version, which main.cu and the benchmark's size sweep use.
 constexpr int kBestVersion = 7;
 
+// Height h of the addition tree of sum version `version` (0..7) for n elements: each element
+// goes through at most h additions, so |computed - exact| <= h u / (1 - h u) * sum|x_i| with
+// u = 2^-24 while h u < 1 (Higham, "Accuracy and Stability of Numerical Algorithms", 2nd ed.,
+// section 4.2). Derived from the algorithms as written in reduction.cu, not from any output:
+//   v0 (one atomicAdd per element, any order): a chain, h = n
+//   v1..v5 (a 256-thread tree per block, passes repeated): at most 9 levels per pass
+//   v6, v7 (grid-stride chains, then trees): each of >= 256 threads adds at most ceil(n / 256)
+//   values, v6's atomics a chain of at most that many block totals; the trees add < 32 levels.
+// Libraries built the same way (CUB: per-thread chains, block trees, a second pass) fit v7's h.
+inline double summation_tree_height(int version, std::size_t n) {
+  const std::size_t per_thread = (n + 255) / 256;
+  if (version == 0) return static_cast<double>(n);
+  if (version >= 1 && version <= 5) {
+    std::size_t passes = 1;
+    for (std::size_t count = per_thread; count > 1; count = (count + 255) / 256) ++passes;
+    return 9.0 * static_cast<double>(passes);
+  }
+  return 2.0 * static_cast<double>(per_thread) + 32.0;
+}
+
 // ------------------------------------------------------------------------------------------
 // Per-element math (CPU-tested).
 

@@ -60,16 +60,7 @@ std::size_t ceil_div(std::size_t a, std::size_t b) {
   return (a + b - 1) / b;
 }
 
-// Height of the addition tree of version `version` for n elements (see the file comment).
-double tree_height(int version, std::size_t n) {
-  if (version == 0) return static_cast<double>(n);
-  if (version >= 1 && version <= 5) {
-    std::size_t passes = 1;
-    for (std::size_t count = ceil_div(n, 256); count > 1; count = ceil_div(count, 256)) ++passes;
-    return 9.0 * static_cast<double>(passes);
-  }
-  return 2.0 * static_cast<double>(ceil_div(n, 256)) + 32.0;
-}
+double tree_height(int version, std::size_t n) { return reduction::summation_tree_height(version, n); }
 
 struct Reference {
   double sum = 0.0;      // double precision: its own error, <= n 2^-53 sum|x|, is negligible here
