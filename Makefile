@@ -31,10 +31,10 @@ deps:
 	$(SUDO) apt-get update
 	DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y --no-install-recommends $(PACKAGES)
 
-$(BUILD)/CMakeCache.txt:
+# Configure every time (seconds once cached): a failed first configure then retries, and
+# CMAKE_ARGS given later still take effect.
+configure:
 	cmake -S . -B $(BUILD) $(GENERATOR) -DCMAKE_BUILD_TYPE=Release $(CMAKE_ARGS)
-
-configure: $(BUILD)/CMakeCache.txt
 
 build: configure
 	cmake --build $(BUILD) -j $(JOBS)
