@@ -565,6 +565,7 @@ TEST_CASE("GPU postprocess equals the CPU reference", "[gpu][ex2]") {
   INFO(to_string(layout) << ", " << to_string(version) << ", agnostic " << agnostic);
   const PostprocessResult cpu = run_cpu(f, c);
   const PostprocessResult gpu = run_gpu(f, c);
+  REQUIRE(cpu.num_above_threshold >= 20);  // every object's exact box passes: not vacuous
   CHECK(gpu.num_above_threshold == cpu.num_above_threshold);
   CHECK(gpu.num_dropped == 0);
   require_same(gpu.detections, cpu.detections);
@@ -618,7 +619,9 @@ TEST_CASE("GPU NMS equals the CPU reference on random sets", "[gpu][ex3]") {
   const bool agnostic = GENERATE(false, true);
   const std::vector<Detection> boxes = random_detections(n, 5, 640, 9, score_levels, 61 + n);
   INFO("n " << n << ", score levels " << score_levels << ", agnostic " << agnostic);
-  require_same(nms_gpu(boxes, 0.5f, agnostic, NmsVersion::v2_bitmask_greedy), nms_cpu(boxes, 0.5f, agnostic));
+  const std::vector<Detection> greedy = nms_cpu(boxes, 0.5f, agnostic);
+  if (n >= 63) CHECK(greedy.size() < boxes.size());  // clusters of 9 overlap: not vacuous
+  require_same(nms_gpu(boxes, 0.5f, agnostic, NmsVersion::v2_bitmask_greedy), greedy);
   require_same(nms_gpu(boxes, 0.5f, agnostic, NmsVersion::v1_fast_parallel), fast_nms_cpu(boxes, 0.5f, agnostic));
 }
 
