@@ -207,8 +207,8 @@ constexpr int kSortTile = 2048;  // keys per shared-memory tile: 16 KiB
 // Rank sort: an element's position is the number of keys larger than its own. Keys are unique
 // (sort_key includes the index), so the ranks are a permutation and the result is the same
 // whatever order the candidates arrived in. O(n^2) comparisons, but all independent: for the
-// few thousand candidates a frame has, that is a few microseconds in one launch, with the count
-// read on the device. Every key is read from shared memory by all threads at once (a broadcast,
+// few thousand candidates a frame has, that should take microseconds, in one launch, with the
+// count read on the device. Every key is read from shared memory by all threads at once (a broadcast,
 // no bank conflict). For much larger n a radix sort (CUB DeviceRadixSort) wins.
 __global__ void __launch_bounds__(kSortThreads)
     rank_sort_kernel(const Detection* __restrict__ in, const ResultHeader* header, int capacity,
