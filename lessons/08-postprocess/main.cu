@@ -1,0 +1,331 @@
+// Lesson 08: detector postprocessing on the GPU, measured on this machine.
+//
+//   lesson08 [--out PATH] [--objects N] [--seed S] [--conf T] [--iou T] [--agnostic]
+//            [--repeats R] [--help]
+//
+// Builds a synthetic scene (known objects), writes the output tensor a YOLOv5 and a YOLOv8
+// detector would produce for it, and runs the whole postprocess on the GPU: decode, confidence
+// filter, top-K, sort, NMS, boxes back to the source image, one copy to the host. Checks the
+// result against the CPU reference and the ground truth, times it (stream launches and a CUDA
+// graph), shows where Fast NMS and greedy NMS differ and what happens when the candidate buffer
+// overflows, runs NMS alone on 10,000 boxes and a classification head, and draws the recovered
+// boxes into a PNG.
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <string>
+#include <vector>
+
+#include "common/cuda_check.hpp"
+#include "common/device.hpp"
+#include "common/memory.hpp"
+#include "common/stream.hpp"
+#include "postprocess.cuh"
+#include "synthetic.hpp"
+
+using namespace lesson08;
+
+namespace {
+
+struct Options {
+  std::string out = "lesson08_detections.png";
+  int objects = 12;
+  std::uint32_t seed = 8;
+  float conf = 0.25f;
+  float iou = 0.45f;
+  bool agnostic = false;
+  int repeats = 200;
+};
+
+void usage(const char* argv0) {
+  std::printf(
+      "usage: %s [--out PATH] [--objects N] [--seed S] [--conf T] [--iou T] [--agnostic]\n"
+      "          [--repeats R] [--help]\n"
+      "  Lesson 08: detector postprocessing on the GPU (decode, confidence filter, NMS, boxes\n"
+      "  back to the source image) on synthetic YOLOv5 / YOLOv8 outputs with known objects;\n"
+      "  checks against the CPU reference and the ground truth, times it, draws the result.\n"
+      "  --out PATH     the PNG to write (default: lesson08_detections.png in the current\n"
+      "                 directory)\n"
+      "  --objects N    objects in the scene, 0-40 (default 12)\n"
+      "  --seed S       seed of the synthetic scene (default 8)\n"
+      "  --conf T       confidence threshold in [0, 1] (default 0.25)\n"
+      "  --iou T        NMS IoU threshold in [0, 1] (default 0.45)\n"
+      "  --agnostic     class-agnostic NMS (default: class-aware)\n"
+      "  --repeats R    timed runs per measurement, the median is shown (default 200)\n",
+      argv0);
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+// GPU time of what enqueue() puts on the stream (CUDA events around it), after one warm-up,
+// median of `repeats`, in microseconds. Each run waits for the previous: per-frame latency.
+template <class F>
+double median_gpu_us(cudaStream_t stream, int repeats, F&& enqueue) {
+  enqueue();
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+  std::vector<double> us;
+  for (int r = 0; r < repeats; ++r) us.push_back(1e3 * course::time_on_stream_ms(stream, enqueue));
+  return median(us);
+}
+
+template <class F>
+double median_host_us(int repeats, F&& f) {
+  std::vector<double> us;
+  for (int r = 0; r < repeats; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    f();
+    const auto t1 = std::chrono::steady_clock::now();
+    us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+  }
+  return median(us);
+}
+
+bool same(const std::vector<Detection>& a, const std::vector<Detection>& b) {
+  if (a.size() != b.size()) return false;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    const Detection &x = a[i], &y = b[i];
+    if (x.box.x1 != y.box.x1 || x.box.y1 != y.box.y1 || x.box.x2 != y.box.x2 ||
+        x.box.y2 != y.box.y2 || x.score != y.score || x.class_id != y.class_id || x.index != y.index) {
+      return false;
+    }
+  }
+  return true;
+}
+
+const char* yes_no(bool b) { return b ? "yes" : "NO"; }
+
+OutputSpec spec_for(Layout layout) {
+  // A 640x640 input: YOLOv5 has 3 anchors x (80^2 + 40^2 + 20^2) cells, YOLOv8 one per cell.
+  return {layout, layout == Layout::yolov5 ? 25200 : 8400, 80};
+}
+
+int run(const Options& o) {
+  std::printf("Lesson 08: detector postprocessing on the GPU\n");
+  std::printf("=============================================\n");
+  std::printf("%s\n", course::summary(course::query_device(0)).c_str());
+
+  SceneConfig scene;
+  scene.num_objects = o.objects;
+  scene.seed = o.seed;
+  const std::vector<GroundTruth> objects = make_scene(scene);
+  const Letterbox lb = make_letterbox(scene.src_w, scene.src_h, 640, 640);
+  PostprocessConfig config;
+  config.conf_threshold = o.conf;
+  config.iou_threshold = o.iou;
+  config.class_agnostic = o.agnostic;
+  validate(config);
+  GeneratorConfig gen;
+  gen.seed = o.seed + 1;
+  std::printf("\nScene: %zu objects (%d classes) in a %dx%d image, letterboxed into 640x640:\n"
+              "  scale %.4f, padding %.1f px left/right, %.1f px top/bottom.\n"
+              "Each object yields %d candidates (the exact box + jittered copies); every other slot is\n"
+              "background noise. Thresholds: confidence > %.2f, IoU > %.2f suppresses, NMS %s.\n",
+              objects.size(), scene.num_classes, scene.src_w, scene.src_h, lb.scale, lb.pad_x,
+              lb.pad_y, gen.candidates_per_object, config.conf_threshold, config.iou_threshold,
+              config.class_agnostic ? "class-agnostic" : "class-aware");
+
+  bool ok = true;
+  course::Stream stream;
+  std::vector<Detection> drawn;
+  std::vector<float> v8_tensor;
+
+  std::printf("\n1. The full postprocess: decode -> top-K -> sort -> NMS -> one copy to pinned memory\n");
+  for (const Layout layout : {Layout::yolov5, Layout::yolov8}) {
+    const OutputSpec spec = spec_for(layout);
+    const std::vector<float> tensor = make_detector_output(spec, lb, objects, gen);
+    const course::DeviceBuffer<float> d_output = course::to_device(tensor);
+    std::printf("\n   %s: %d candidates x %d values = %.1f MB on the device\n", to_string(layout),
+                spec.num_candidates, spec.attributes(), tensor.size() * sizeof(float) / 1e6);
+
+    GpuPostprocessor post(spec, lb, config);
+    const PostprocessResult gpu = post.run(d_output.data(), tensor.size(), stream);
+    const PostprocessResult cpu = postprocess_cpu(tensor.data(), tensor.size(), spec, lb, config);
+    const int recovered = count_recovered(objects, gpu.detections, 0.01f);
+    const bool equal = same(gpu.detections, cpu.detections) &&
+                       gpu.num_above_threshold == cpu.num_above_threshold &&
+                       gpu.num_dropped == cpu.num_dropped;
+    std::printf("   above the threshold: %d candidates (dropped: %d); after NMS: %zu detections\n",
+                gpu.num_above_threshold, gpu.num_dropped, gpu.detections.size());
+    std::printf("   GPU == CPU reference: %s; ground truth recovered: %d of %zu (to 0.01 px)\n",
+                yes_no(equal), recovered, objects.size());
+    // With the default thresholds every object must come back, and nothing else; other
+    // thresholds can legitimately lose objects (a high --conf) or merge them (a low --iou).
+    const bool defaults = o.conf == Options{}.conf && o.iou == Options{}.iou;
+    ok = ok && equal &&
+         (!defaults || (recovered == static_cast<int>(objects.size()) &&
+                        gpu.detections.size() == objects.size()));
+
+    const double stream_us = median_gpu_us(stream, o.repeats, [&] {
+      post.enqueue(d_output.data(), tensor.size(), stream);
+    });
+    post.capture_graph(d_output.data(), tensor.size(), stream);
+    const double graph_us = median_gpu_us(stream, o.repeats, [&] { post.launch_graph(stream); });
+    ok = ok && same(post.result().detections, cpu.detections);  // the graph's result, too
+    const double cpu_us = median_host_us(5, [&] {
+      postprocess_cpu(tensor.data(), tensor.size(), spec, lb, config);
+    });
+    std::printf("   time per frame, result on the host (median of %d):\n", o.repeats);
+    std::printf("     GPU, launched on a stream:  %8.1f us\n", stream_us);
+    std::printf("     GPU, one CUDA graph launch: %8.1f us\n", graph_us);
+    std::printf("     CPU reference, one core:    %8.1f us  (median of 5)\n", cpu_us);
+
+    PostprocessConfig fast = config;
+    fast.nms = NmsVersion::v1_fast_parallel;
+    GpuPostprocessor post_v1(spec, lb, fast);
+    const PostprocessResult v1 = post_v1.run(d_output.data(), tensor.size(), stream);
+    const double v1_us = median_gpu_us(stream, o.repeats, [&] {
+      post_v1.enqueue(d_output.data(), tensor.size(), stream);
+    });
+    std::printf("   with NMS v1 (Fast NMS) instead: %zu detections, %.1f us on a stream\n",
+                v1.detections.size(), v1_us);
+    if (layout == Layout::yolov8) {
+      drawn = gpu.detections;
+      v8_tensor = tensor;
+    }
+  }
+
+  std::printf("\n2. Fast NMS is not greedy NMS: a chain A > B > C, IoU(A,B) = IoU(B,C) = 0.6, IoU(A,C) = 0.33\n");
+  {
+    const std::vector<Detection> chain = {{{0, 0, 8, 1}, 0.9f, 0, 0}, {{2, 0, 10, 1}, 0.8f, 0, 1},
+                                          {{4, 0, 12, 1}, 0.7f, 0, 2}};
+    const auto names = [](const std::vector<Detection>& kept) {
+      std::string s;
+      for (const Detection& d : kept) s += std::string(s.empty() ? "" : ", ") + "ABC"[d.index];
+      return s;
+    };
+    const std::vector<Detection> greedy = nms_gpu(chain, 0.5f, false, NmsVersion::v2_bitmask_greedy);
+    const std::vector<Detection> fast = nms_gpu(chain, 0.5f, false, NmsVersion::v1_fast_parallel);
+    std::printf("   at IoU threshold 0.5: greedy (v2) keeps %s; Fast NMS (v1) keeps %s\n",
+                names(greedy).c_str(), names(fast).c_str());
+    std::printf("   greedy: A removes B, and B, removed, cannot remove C. Fast NMS: B still removes C.\n");
+    ok = ok && greedy.size() == 2 && fast.size() == 1;
+  }
+
+  std::printf("\n3. Overflow: the same YOLOv8 output into a buffer of only 100 candidates\n");
+  {
+    const OutputSpec spec = spec_for(Layout::yolov8);
+    PostprocessConfig small = config;
+    small.max_candidates = 100;
+    const course::DeviceBuffer<float> d_output = course::to_device(v8_tensor);
+    GpuPostprocessor post(spec, lb, small);
+    const PostprocessResult gpu = post.run(d_output.data(), v8_tensor.size(), stream);
+    const PostprocessResult cpu = postprocess_cpu(v8_tensor.data(), v8_tensor.size(), spec, lb, small);
+    const bool equal = same(gpu.detections, cpu.detections) && gpu.num_dropped == cpu.num_dropped;
+    std::printf("   %d above the threshold, %d dropped, reported; the 100 best by (score, index) kept\n"
+                "   -> %zu detections; GPU == CPU reference: %s\n",
+                gpu.num_above_threshold, gpu.num_dropped, gpu.detections.size(), yes_no(equal));
+    const double us = median_gpu_us(stream, o.repeats, [&] {
+      post.enqueue(d_output.data(), v8_tensor.size(), stream);
+    });
+    std::printf("   time with the top-K selection on the overflow path: %.1f us\n", us);
+    ok = ok && equal;
+  }
+
+  std::printf("\n4. NMS alone: 10,000 boxes (400 clusters of 25, 80 classes), boxes already on the device\n");
+  {
+    const std::vector<Detection> boxes = random_detections(10000, 80, 640, 25, 0, o.seed);
+    const course::DeviceBuffer<Detection> d_boxes = course::to_device(boxes);
+    const std::vector<Detection> cpu = nms_cpu(boxes, config.iou_threshold, config.class_agnostic);
+    const double cpu_us = median_host_us(3, [&] { nms_cpu(boxes, config.iou_threshold, config.class_agnostic); });
+    for (const NmsVersion version : {NmsVersion::v1_fast_parallel, NmsVersion::v2_bitmask_greedy}) {
+      GpuNms nms(10000, version);
+      const double us = median_gpu_us(stream, std::min(o.repeats, 50), [&] {
+        nms.enqueue(d_boxes.data(), 10000, config.iou_threshold, config.class_agnostic, stream);
+      });
+      const std::vector<Detection> kept = nms.download(stream);
+      const bool equal = version == NmsVersion::v2_bitmask_greedy
+                             ? same(kept, cpu)
+                             : same(kept, fast_nms_cpu(boxes, config.iou_threshold, config.class_agnostic));
+      std::printf("   %-18s %5zu kept, %8.1f us; equal to its CPU reference: %s\n", to_string(version),
+                  kept.size(), us, yes_no(equal));
+      ok = ok && equal;
+    }
+    std::printf("   %-18s %5zu kept, %8.1f us (greedy, one core)\n", "CPU reference", cpu.size(), cpu_us);
+  }
+
+  std::printf("\n5. A classification head: softmax over 1000 logits, then the top 5\n");
+  {
+    std::vector<float> logits = random_logits(1, 1000, 3.0f, o.seed);
+    logits[207] = 8.0f;  // the "true" class
+    const course::DeviceBuffer<float> d_logits = course::to_device(logits);
+    course::DeviceBuffer<float> d_probs(1000), d_top(5);
+    course::DeviceBuffer<int> d_index(5);
+    softmax_rows(d_logits.data(), d_probs.data(), 1, 1000, stream);
+    topk_rows(d_probs.data(), 1, 1000, 5, d_top.data(), d_index.data(), stream);
+    stream.synchronize();
+    const std::vector<float> top = course::to_host(d_top);
+    const std::vector<int> index = course::to_host(d_index);
+    std::printf("   top 5: ");
+    for (int j = 0; j < 5; ++j) std::printf("class %d (%.3f)%s", index[j], top[j], j < 4 ? ", " : "\n");
+    ok = ok && index[0] == 207;
+  }
+
+  write_detections_png(o.out, scene.src_w, scene.src_h, objects, drawn);
+  std::printf("\nWrote %s: the %zu objects (filled) and the %zu detections recovered from the YOLOv8\n"
+              "output (outlined, with class and score).\n",
+              o.out.c_str(), objects.size(), drawn.size());
+  std::printf("\n%s\n", ok ? "PASS: every GPU result equals its CPU reference, and the ground truth came back."
+                            : "FAIL: a GPU result differs from its CPU reference (NO above), or an object\n"
+                              "was not recovered with the default thresholds.");
+  return ok ? 0 : 1;
+}
+
+bool parse_number(const char* text, double lo, double hi, double* out) {
+  char* end = nullptr;
+  const double v = std::strtod(text, &end);
+  if (end == text || *end != '\0' || !(v >= lo && v <= hi)) return false;
+  *out = v;
+  return true;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    double v = 0.0;
+    const bool has_value = i + 1 < argc;
+    if (a == "--help" || a == "-h") {
+      usage(argv[0]);
+      return 0;
+    } else if (a == "--agnostic") {
+      o.agnostic = true;
+    } else if (a == "--out" && has_value) {
+      o.out = argv[++i];
+    } else if (a == "--objects" && has_value && parse_number(argv[i + 1], 0, 40, &v)) {
+      o.objects = static_cast<int>(v);
+      ++i;
+    } else if (a == "--seed" && has_value && parse_number(argv[i + 1], 0, 4294967295.0, &v)) {
+      o.seed = static_cast<std::uint32_t>(v);
+      ++i;
+    } else if (a == "--conf" && has_value && parse_number(argv[i + 1], 0, 1, &v)) {
+      o.conf = static_cast<float>(v);
+      ++i;
+    } else if (a == "--iou" && has_value && parse_number(argv[i + 1], 0, 1, &v)) {
+      o.iou = static_cast<float>(v);
+      ++i;
+    } else if (a == "--repeats" && has_value && parse_number(argv[i + 1], 1, 100000, &v)) {
+      o.repeats = static_cast<int>(v);
+      ++i;
+    } else {
+      std::fprintf(stderr, "%s: bad or unknown argument '%s' (try --help)\n", argv[0], argv[i]);
+      return 2;
+    }
+  }
+  if (!course::require_device(argv[0])) return 1;
+  try {
+    return run(o);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s: error: %s\n", argv[0], e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,896 @@
+// Lesson 08: the postprocess kernels and their host-side launchers.
+//
+// Read top to bottom, in the order the work happens on one frame:
+//   1. decode_kernel          one thread per candidate -> bounded candidate buffer (+ dense keys)
+//   2. select_top_k_kernel    only when the buffer overflowed: the K best, whatever the thread order
+//   3. rank_sort_kernel       (score desc, index asc)
+//   4. NMS v1: nms_v1_fast_kernel + compact_kept_kernel       parallel, not greedy
+//   5. NMS v2: nms_v2_mask_kernel + nms_v2_reduce_kernel      exact greedy, bit masks
+//   6. the classification head: softmax_kernel (top-k is exercise 4)
+//   7. host side: GraphExec, GpuPostprocessor, GpuNms, softmax_rows
+//   8. the exercise solutions (iou, decode_candidate, nms_mask_word, topk_rows)
+// Nothing between the steps goes back to the host: each kernel reads the candidate count the
+// previous one left in device memory (ResultHeader), and the grids are sized for the buffers'
+// capacity, with blocks past the count returning at once.
+#include "postprocess.cuh"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <unordered_set>
+
+#include "common/cuda_check.hpp"
+#include "common/stream.hpp"
+
+namespace lesson08 {
+
+namespace {
+
+constexpr unsigned kFullMask = 0xffffffffu;
+constexpr int kWarpSize = 32;
+
+int ceil_div(int a, int b) { return (a + b - 1) / b; }
+
+// The boxes the sort and NMS kernels work on: what decode counted, capped at the capacity.
+__device__ int candidate_count(const ResultHeader* header, int capacity) {
+  return min(header->num_above_threshold, capacity);
+}
+
+// The last kernel of a run writes the counts the host reads.
+__device__ void finish_header(ResultHeader* header, int capacity, int num_detections) {
+  header->num_dropped = max(0, header->num_above_threshold - capacity);
+  header->num_detections = num_detections;
+}
+
+// Exclusive prefix count of `flag` over the threads of the block, in thread order, and the
+// block's total in *total. Every thread of the block must call it (it synchronises);
+// blockDim.x must be a multiple of 32. `scratch` is 32 ints of shared memory.
+// Within a warp, __ballot_sync + __popc counts the lanes below; warp 0 then scans the per-warp
+// totals with shuffles (Programming Guide: "Warp Shuffle Functions", "Warp Vote Functions").
+__device__ int block_exclusive_count(bool flag, int* scratch, int* total) {
+  const int lane = threadIdx.x & (kWarpSize - 1), warp = threadIdx.x / kWarpSize;
+  const int warps = blockDim.x / kWarpSize;
+  const unsigned ballot = __ballot_sync(kFullMask, flag);
+  const int in_warp = __popc(ballot & ((1u << lane) - 1u));
+  if (lane == 0) scratch[warp] = __popc(ballot);
+  __syncthreads();
+  if (warp == 0) {
+    int v = lane < warps ? scratch[lane] : 0;
+    for (int d = 1; d < kWarpSize; d <<= 1) {
+      const int up = __shfl_up_sync(kFullMask, v, d);
+      if (lane >= d) v += up;
+    }
+    scratch[lane] = v;  // inclusive prefix over warps
+  }
+  __syncthreads();
+  const int before = warp == 0 ? 0 : scratch[warp - 1];
+  *total = scratch[warps - 1];
+  __syncthreads();  // scratch is free again for the next call
+  return before + in_warp;
+}
+
+// =========================================================================== 1. decode
+
+constexpr int kDecodeThreads = 256;
+
+// One thread per candidate. A candidate that passes the confidence filter takes the next slot
+// of `candidates` from an atomic counter; at most `capacity` are stored, but the counter keeps
+// counting, so the host learns how many passed (and how many were dropped).
+//
+// Which candidates get the slots depends on the order the warps reach the atomic, which
+// changes from run to run. That is harmless as long as everything fits (the set is the same,
+// and the sort fixes the order). When it does not fit, the stored set would be arbitrary, so
+// every thread also writes its score key to `keys` (0 = rejected): select_top_k_kernel uses it
+// to keep the K best instead.
+//
+// Warp-aggregated atomic: one atomicAdd per warp for all its passing lanes, instead of one per
+// lane, cuts the traffic to that one hot address by up to 32x.
+__global__ void __launch_bounds__(kDecodeThreads)
+    decode_kernel(const float* __restrict__ output, OutputSpec spec, Letterbox letterbox,
+                  float conf_threshold, std::uint32_t* __restrict__ keys, ResultHeader* header,
+                  int capacity, Detection* __restrict__ candidates) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  const bool in_range = i < spec.num_candidates;
+  Detection d{};
+  const bool pass = in_range && decode_candidate(output, spec, i, conf_threshold, letterbox, &d);
+  if (in_range) keys[i] = pass ? float_bits(d.score) : 0u;  // scores > threshold >= 0: bits > 0
+
+  // Every lane reaches the ballot (none returned early): the grid is a whole number of warps.
+  const unsigned passing = __ballot_sync(kFullMask, pass);
+  if (passing == 0) return;
+  const int lane = threadIdx.x & (kWarpSize - 1);
+  const int leader = __ffs(passing) - 1;
+  int base = 0;
+  if (lane == leader) base = atomicAdd(&header->num_above_threshold, __popc(passing));
+  base = __shfl_sync(kFullMask, base, leader);
+  const int slot = base + __popc(passing & ((1u << lane) - 1u));
+  if (pass && slot < capacity) candidates[slot] = d;
+}
+
+// ================================================================ 2. top-K on overflow
+
+constexpr int kSelectThreads = 1024;
+
+// Runs after decode_kernel; returns at once unless more than `capacity` candidates passed.
+// Then it rebuilds the candidate buffer from the dense keys so that it holds exactly the K =
+// capacity best candidates by (score desc, index asc), independent of thread order:
+//   a. radix select, 8 bits at a time from the top: a 256-bin histogram of the keys that share
+//      the digits chosen so far finds the digit of the K-th largest key; after 4 passes we know
+//      that key exactly (T), and how many keys equal to T belong to the top K;
+//   b. one ordered pass over the candidates (block-wide prefix counts): take every key > T and
+//      the first (lowest-index) keys == T, and decode those candidates again into the buffer.
+// One block is enough: this is the rare path (the buffer is sized for the normal case), it reads
+// 4 bytes per candidate, and one block can synchronise with __syncthreads between the passes.
+__global__ void __launch_bounds__(kSelectThreads)
+    select_top_k_kernel(const float* __restrict__ output, OutputSpec spec, Letterbox letterbox,
+                        float conf_threshold, const std::uint32_t* __restrict__ keys,
+                        const ResultHeader* header, int capacity,
+                        Detection* __restrict__ candidates) {
+  if (header->num_above_threshold <= capacity) return;  // the common case: nothing was dropped
+  __shared__ unsigned histogram[256];
+  __shared__ int scratch[kWarpSize];
+  __shared__ unsigned chosen_digit, chosen_rank;
+  const int n = spec.num_candidates;
+
+  std::uint32_t prefix = 0, prefix_mask = 0;
+  unsigned rank = static_cast<unsigned>(capacity);  // we want the rank-th largest key (1-based)
+  for (int shift = 24; shift >= 0; shift -= 8) {
+    for (int b = threadIdx.x; b < 256; b += blockDim.x) histogram[b] = 0;
+    __syncthreads();
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+      const std::uint32_t k = keys[i];
+      if (k != 0 && (k & prefix_mask) == prefix) atomicAdd(&histogram[(k >> shift) & 0xffu], 1u);
+    }
+    __syncthreads();
+    if (threadIdx.x < kWarpSize) {
+      // Lane l owns digits 255-8l down to 248-8l: the lanes run from the largest digit down, so
+      // a prefix sum over lanes counts the keys with a larger digit.
+      const int lane = threadIdx.x;
+      unsigned counts[8], sum = 0;
+      for (int j = 0; j < 8; ++j) {
+        counts[j] = histogram[255 - 8 * lane - j];
+        sum += counts[j];
+      }
+      unsigned inclusive = sum;
+      for (int d = 1; d < kWarpSize; d <<= 1) {
+        const unsigned up = __shfl_up_sync(kFullMask, inclusive, d);
+        if (lane >= d) inclusive += up;
+      }
+      unsigned before = inclusive - sum;
+      if (before < rank && rank <= inclusive) {  // exactly one lane
+        for (int j = 0; j < 8; ++j) {
+          if (before + counts[j] >= rank) {
+            chosen_digit = static_cast<unsigned>(255 - 8 * lane - j);
+            chosen_rank = rank - before;
+            break;
+          }
+          before += counts[j];
+        }
+      }
+    }
+    __syncthreads();
+    prefix |= chosen_digit << shift;
+    prefix_mask |= 0xffu << shift;
+    rank = chosen_rank;
+  }
+  const std::uint32_t threshold_key = prefix;        // the K-th largest key
+  const int equal_to_take = static_cast<int>(rank);  // keys == T that are in the top K
+
+  int written = 0, equal_seen = 0;
+  for (int base = 0; base < n; base += blockDim.x) {  // uniform loop: every thread, same trips
+    const int i = base + threadIdx.x;
+    const std::uint32_t k = i < n ? keys[i] : 0u;
+    int equal_total = 0, take_total = 0;
+    const int equal_before = equal_seen + block_exclusive_count(k == threshold_key, scratch, &equal_total);
+    const bool take = k > threshold_key || (k == threshold_key && equal_before < equal_to_take);
+    const int slot = written + block_exclusive_count(take, scratch, &take_total);
+    if (take) {
+      Detection d{};
+      decode_candidate(output, spec, i, conf_threshold, letterbox, &d);  // passes: its key > 0
+      candidates[slot] = d;
+    }
+    written += take_total;
+    equal_seen += equal_total;
+  }
+}
+
+// ======================================================================== 3. the sort
+
+constexpr int kSortThreads = 128;  // small blocks: n = 10,000 spreads over ~80 SMs
+constexpr int kSortTile = 2048;  // keys per shared-memory tile: 16 KiB
+
+// Rank sort: an element's position is the number of keys larger than its own. Keys are unique
+// (sort_key includes the index), so the ranks are a permutation and the result is the same
+// whatever order the candidates arrived in. O(n^2) comparisons, but all independent: for the
+// few thousand candidates a frame has, that should take microseconds, in one launch, with the
+// count read on the device. Every key is read from shared memory by all threads at once (a broadcast,
+// no bank conflict). For much larger n a radix sort (CUB DeviceRadixSort) wins.
+__global__ void __launch_bounds__(kSortThreads)
+    rank_sort_kernel(const Detection* __restrict__ in, const ResultHeader* header, int capacity,
+                     Detection* __restrict__ out) {
+  const int n = candidate_count(header, capacity);
+  const int first = blockIdx.x * blockDim.x;
+  if (first >= n) return;  // the whole block is past the count
+  const int i = first + threadIdx.x;
+  const std::uint64_t mine = i < n ? sort_key(in[i].score, in[i].index) : 0;
+  __shared__ std::uint64_t tile[kSortTile];
+  int rank = 0;
+  for (int t0 = 0; t0 < n; t0 += kSortTile) {
+    const int count = min(kSortTile, n - t0);
+    for (int j = threadIdx.x; j < count; j += blockDim.x) {
+      tile[j] = sort_key(in[t0 + j].score, in[t0 + j].index);
+    }
+    __syncthreads();
+#pragma unroll 8
+    for (int j = 0; j < count; ++j) rank += tile[j] > mine ? 1 : 0;
+    __syncthreads();
+  }
+  if (i < n) out[rank] = in[i];
+}
+
+// ================================================================== 4. NMS v1 (Fast NMS)
+
+constexpr int kNmsThreads = 256;
+constexpr int kCompactThreads = 1024;
+
+// Each box asks: does ANY box before me (in score order) of my class overlap me by more than
+// the threshold? If so I am dropped. One thread per box, no dependency between threads.
+//
+// That is not greedy NMS. Greedy only lets *kept* boxes suppress: with A > B > C in score,
+// IoU(A,B) and IoU(B,C) above the threshold but IoU(A,C) below it, greedy drops B (A kept) and
+// then keeps C (its only overlap, B, is gone). Fast NMS drops C too, because B overlaps it.
+// So v1 keeps a subset of what greedy keeps; the difference shows up on chains of overlapping
+// boxes (crowds, and jittered candidates at the edge of a cluster).
+__global__ void __launch_bounds__(kNmsThreads)
+    nms_v1_fast_kernel(const Detection* __restrict__ sorted, const ResultHeader* header,
+                       int capacity, float iou_threshold, bool class_agnostic,
+                       std::uint8_t* __restrict__ keep) {
+  const int n = candidate_count(header, capacity);
+  const int first = blockIdx.x * blockDim.x;
+  if (first >= n) return;
+  const int i = first + threadIdx.x;
+  Detection me{};
+  if (i < n) me = sorted[i];
+  bool suppressed = false;
+  __shared__ Detection tile[kNmsThreads];
+  const int last = min(first + static_cast<int>(blockDim.x), n) - 1;  // the block's last box
+  for (int t0 = 0; t0 < last; t0 += blockDim.x) {  // the boxes before it, a tile at a time
+    const int j = t0 + threadIdx.x;
+    if (j < n) tile[threadIdx.x] = sorted[j];
+    __syncthreads();
+    const int count = i < n ? min(static_cast<int>(blockDim.x), i - t0) : 0;  // boxes before me
+    for (int k = 0; k < count && !suppressed; ++k) {
+      suppressed = (class_agnostic || tile[k].class_id == me.class_id) &&
+                   iou(tile[k].box, me.box) > iou_threshold;
+    }
+    __syncthreads();
+  }
+  if (i < n) keep[i] = suppressed ? 0 : 1;
+}
+
+// The kept boxes, in score order, into the result: an ordered compaction with block-wide
+// prefix counts, in one block (the order must be global, and n is a few thousand at most).
+__global__ void __launch_bounds__(kCompactThreads)
+    compact_kept_kernel(const Detection* __restrict__ sorted, const std::uint8_t* __restrict__ keep,
+                        ResultHeader* header, int capacity, int max_out,
+                        Detection* __restrict__ out) {
+  __shared__ int scratch[kWarpSize];
+  const int n = candidate_count(header, capacity);
+  int written = 0;
+  for (int base = 0; base < n && written < max_out; base += blockDim.x) {  // uniform
+    const int i = base + threadIdx.x;
+    const bool kept = i < n && keep[i] != 0;
+    int total = 0;
+    const int slot = written + block_exclusive_count(kept, scratch, &total);
+    if (kept && slot < max_out) out[slot] = sorted[i];
+    written += total;
+  }
+  if (threadIdx.x == 0) finish_header(header, capacity, min(written, max_out));
+}
+
+// ============================================================= 5. NMS v2 (exact greedy)
+
+constexpr int kTile = 64;  // boxes per tile: one bit each in a 64-bit word
+constexpr int kReduceThreads = 256;
+
+// Step 1, fully parallel: for every pair (i, j) with i before j, does i suppress j if i is
+// kept? One block per 64x64 tile of the pair matrix; thread t computes row i = tile row + t as
+// one 64-bit word over the tile's 64 columns (nms_mask_word). Only tiles on or above the
+// diagonal: a box is only suppressed by a higher-scoring one.
+//
+// Layout: word w of row i is at mask[w * mask_rows + i] ("word-major"), so that the 64 threads
+// of a block write 64 consecutive words (coalesced), and the reduce step reads the diagonal
+// tile, 64 consecutive words, in one go.
+__global__ void __launch_bounds__(kTile)
+    nms_v2_mask_kernel(const Detection* __restrict__ sorted, const ResultHeader* header,
+                       int capacity, float iou_threshold, bool class_agnostic,
+                       std::uint64_t* __restrict__ mask, int mask_rows) {
+  const int n = candidate_count(header, capacity);
+  const int row_block = blockIdx.y, col_block = blockIdx.x;
+  if (col_block < row_block || col_block * kTile >= n) return;
+  __shared__ Detection cols[kTile];
+  const int col_start = col_block * kTile;
+  const int col_count = min(kTile, n - col_start);
+  if (static_cast<int>(threadIdx.x) < col_count) cols[threadIdx.x] = sorted[col_start + threadIdx.x];
+  __syncthreads();
+  const int row = row_block * kTile + threadIdx.x;
+  if (row < n) {
+    mask[static_cast<std::size_t>(col_block) * mask_rows + row] = nms_mask_word(
+        sorted[row], row, cols, col_start, col_count, iou_threshold, class_agnostic);
+  }
+}
+
+// Step 2, the sequential part of greedy NMS, on the GPU so the result never visits the host:
+// walk the rows in score order, keep a row unless a kept row removed it, and OR each kept row's
+// mask into `removed` (one bit per box, in shared memory). One block of 256 threads.
+//
+// Per block of 64 rows b:
+//   - warp 0 resolves the block. Inside it, the only dependencies are in the diagonal tile
+//     (rows of b suppressing later rows of b): 64 words, read from shared memory. It loops over
+//     the surviving rows in order, once per KEPT row (find-first-set, one shared-memory read,
+//     an OR), all lanes in step (the loop is warp-uniform), and lists the kept rows.
+//   - all 256 threads then OR the kept rows' words into removed[w] for the later blocks w > b,
+//     one word per thread, with the loads of up to 8 kept rows in flight at once.
+// The diagonal tiles do not depend on any decision, so they are staged into shared memory 32
+// row blocks at a time, all threads loading together: one round of memory latency per 32
+// blocks instead of one per block. A block whose rows are all removed already costs two
+// __syncthreads and nothing else. Stops early once max_out boxes are kept: later rows cannot
+// change the first max_out.
+constexpr int kDiagChunk = 32;  // row blocks whose diagonal tiles sit in shared memory (16 KiB)
+
+__global__ void __launch_bounds__(kReduceThreads)
+    nms_v2_reduce_kernel(const Detection* __restrict__ sorted,
+                         const std::uint64_t* __restrict__ mask, int mask_rows,
+                         ResultHeader* header, int capacity, int max_out,
+                         Detection* __restrict__ out) {
+  extern __shared__ std::uint64_t removed[];  // [ceil(n / 64)]
+  __shared__ std::uint64_t diagonal[kDiagChunk * kTile];
+  __shared__ int kept_rows[kTile];
+  __shared__ int kept_count;
+  const int n = candidate_count(header, capacity);
+  const int words = (n + kTile - 1) / kTile;
+  const int lane = threadIdx.x & (kWarpSize - 1);
+  for (int w = threadIdx.x; w < words; w += blockDim.x) removed[w] = 0;
+
+  int written = 0;
+  for (int b = 0; b < words; ++b) {
+    if (b % kDiagChunk == 0) {  // uniform: every thread takes the same branch
+      for (int e = threadIdx.x; e < kDiagChunk * kTile; e += blockDim.x) {
+        const int tile_row_block = b + e / kTile, row = tile_row_block * kTile + e % kTile;
+        diagonal[e] = tile_row_block < words && row < n
+                          ? mask[static_cast<std::size_t>(tile_row_block) * mask_rows + row]
+                          : 0;
+      }
+      __syncthreads();
+    }
+    if (threadIdx.x < kWarpSize) {
+      const std::uint64_t* tile = diagonal + (b % kDiagChunk) * kTile;
+      const int rows = min(kTile, n - b * kTile);
+      const std::uint64_t valid = rows == kTile ? ~0ull : ((1ull << rows) - 1ull);
+      std::uint64_t done = removed[b];  // rows removed by kept rows of earlier blocks
+      std::uint64_t kept = 0;
+      for (std::uint64_t todo = ~done & valid; todo != 0; todo = ~done & valid) {
+        const int r = __ffsll(static_cast<long long>(todo)) - 1;  // the next surviving row
+        kept |= 1ull << r;
+        done |= tile[r] | (1ull << r);  // it removes later rows of this block; it is done
+      }
+      const int room = max_out - written;
+      while (__popcll(kept) > room) kept &= ~(1ull << (63 - __clzll(static_cast<long long>(kept))));
+      for (int r = lane; r < kTile; r += kWarpSize) {
+        if ((kept >> r) & 1ull) {
+          const int q = __popcll(kept & ((1ull << r) - 1ull));  // its place among the kept
+          kept_rows[q] = r;
+          out[written + q] = sorted[b * kTile + r];
+        }
+      }
+      if (lane == 0) kept_count = __popcll(kept);
+    }
+    __syncthreads();
+    const int count = kept_count;
+    written += count;
+    if (written >= max_out) break;  // uniform: every thread has the same `written`
+    if (count > 0) {
+      for (int w = b + 1 + threadIdx.x; w < words; w += blockDim.x) {
+        const std::uint64_t* column = mask + static_cast<std::size_t>(w) * mask_rows + b * kTile;
+        std::uint64_t acc = removed[w];
+        for (int q0 = 0; q0 < count; q0 += 8) {
+#pragma unroll
+          for (int u = 0; u < 8; ++u) {  // up to 8 independent loads in flight
+            if (q0 + u < count) acc |= column[kept_rows[q0 + u]];
+          }
+        }
+        removed[w] = acc;
+      }
+    }
+    __syncthreads();  // removed[], kept_rows and the diagonal stage are reused next iteration
+  }
+  if (threadIdx.x == 0) finish_header(header, capacity, min(written, max_out));
+}
+
+// For GpuNms: the box count comes from the host, as a kernel argument (a launch parameter is
+// copied at launch, so unlike a pinned staging buffer it cannot change under a queued copy).
+__global__ void begin_nms_kernel(ResultHeader* header, int n) {
+  header->num_above_threshold = n;
+  header->num_dropped = 0;
+  header->num_detections = 0;
+  header->reserved = 0;
+}
+
+// ====================================================== 6. the classification head: softmax
+
+constexpr int kSoftmaxThreads = 256;
+
+struct MaxOp {
+  __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
+};
+struct SumOp {
+  __device__ float operator()(float a, float b) const { return a + b; }
+};
+
+// The block-wide reduction of lesson 05 in its short form: shuffles within each warp, then
+// every thread combines the per-warp results in the same order (so all get the same value).
+template <class Op>
+__device__ float block_reduce(float v, Op op, float* scratch) {
+  for (int d = kWarpSize / 2; d > 0; d >>= 1) v = op(v, __shfl_xor_sync(kFullMask, v, d));
+  const int warps = blockDim.x / kWarpSize;
+  if ((threadIdx.x & (kWarpSize - 1)) == 0) scratch[threadIdx.x / kWarpSize] = v;
+  __syncthreads();
+  v = scratch[0];
+  for (int w = 1; w < warps; ++w) v = op(v, scratch[w]);
+  __syncthreads();
+  return v;
+}
+
+// One block per row: the row maximum, the sum of exp(x - max), then each probability.
+// exp(x - max) <= 1 cannot overflow, and at least one term is 1, so the sum is >= 1.
+__global__ void __launch_bounds__(kSoftmaxThreads)
+    softmax_kernel(const float* __restrict__ logits, float* __restrict__ probs, int cols) {
+  __shared__ float scratch[kWarpSize];
+  const float* x = logits + static_cast<std::size_t>(blockIdx.x) * cols;
+  float* p = probs + static_cast<std::size_t>(blockIdx.x) * cols;
+  float m = -INFINITY;
+  for (int j = threadIdx.x; j < cols; j += blockDim.x) m = fmaxf(m, x[j]);
+  m = block_reduce(m, MaxOp{}, scratch);
+  float s = 0.0f;
+  for (int j = threadIdx.x; j < cols; j += blockDim.x) s += expf(x[j] - m);
+  s = block_reduce(s, SumOp{}, scratch);
+  for (int j = threadIdx.x; j < cols; j += blockDim.x) p[j] = expf(x[j] - m) / s;
+}
+
+// =========================================================================== 7. host side
+
+// The result the GPU writes: a ResultHeader, then the detections, in one allocation so that
+// one copy brings everything back.
+std::size_t result_bytes(int max_detections) {
+  return sizeof(ResultHeader) + static_cast<std::size_t>(max_detections) * sizeof(Detection);
+}
+ResultHeader* header_of(std::uint8_t* result) { return reinterpret_cast<ResultHeader*>(result); }
+Detection* detections_of(std::uint8_t* result) {
+  return reinterpret_cast<Detection*>(result + sizeof(ResultHeader));
+}
+
+struct NmsBuffers {
+  const Detection* candidates;  // [capacity], any order
+  Detection* sorted;            // [capacity]
+  std::uint64_t* mask;          // v2: [mask_stride][capacity]
+  int mask_stride;
+  std::uint8_t* keep;           // v1: [capacity]
+  ResultHeader* header;
+  Detection* out;               // [max_out]
+  int capacity;
+  int max_out;
+};
+
+// Sort + NMS, every launch sized for the capacity; the count is read on the device.
+void enqueue_sort_and_nms(const NmsBuffers& b, float iou_threshold, bool class_agnostic,
+                          NmsVersion version, cudaStream_t stream) {
+  rank_sort_kernel<<<ceil_div(b.capacity, kSortThreads), kSortThreads, 0, stream>>>(
+      b.candidates, b.header, b.capacity, b.sorted);
+  CUDA_CHECK_LAUNCH();
+  if (version == NmsVersion::v1_fast_parallel) {
+    nms_v1_fast_kernel<<<ceil_div(b.capacity, kNmsThreads), kNmsThreads, 0, stream>>>(
+        b.sorted, b.header, b.capacity, iou_threshold, class_agnostic, b.keep);
+    CUDA_CHECK_LAUNCH();
+    compact_kept_kernel<<<1, kCompactThreads, 0, stream>>>(b.sorted, b.keep, b.header, b.capacity,
+                                                           b.max_out, b.out);
+    CUDA_CHECK_LAUNCH();
+  } else {
+    const dim3 tiles(static_cast<unsigned>(b.mask_stride), static_cast<unsigned>(b.mask_stride));
+    nms_v2_mask_kernel<<<tiles, kTile, 0, stream>>>(b.sorted, b.header, b.capacity, iou_threshold,
+                                                     class_agnostic, b.mask, b.capacity);
+    CUDA_CHECK_LAUNCH();
+    const std::size_t removed_bytes = static_cast<std::size_t>(b.mask_stride) * sizeof(std::uint64_t);
+    nms_v2_reduce_kernel<<<1, kReduceThreads, removed_bytes, stream>>>(
+        b.sorted, b.mask, b.capacity, b.header, b.capacity, b.max_out, b.out);
+    CUDA_CHECK_LAUNCH();
+  }
+}
+
+void validate_letterbox(const Letterbox& lb) {
+  if (lb.src_w < 1 || lb.src_h < 1 || !(lb.scale > 0.0) || !std::isfinite(lb.pad_x) ||
+      !std::isfinite(lb.pad_y)) {
+    throw std::invalid_argument(
+        "Letterbox: expected a positive source size and scale (use make_letterbox)");
+  }
+}
+
+}  // namespace
+
+// ------------------------------------------------------------------------------ GraphExec
+
+void GraphExec::reset() noexcept {
+  if (exec_ != nullptr) cudaGraphExecDestroy(exec_);  // a destructor path must not throw
+  exec_ = nullptr;
+}
+
+void GraphExec::end_capture_and_instantiate(cudaStream_t stream) {
+  cudaGraph_t graph = nullptr;
+  CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  cudaGraphExec_t exec = nullptr;
+  const cudaError_t instantiated = cudaGraphInstantiate(&exec, graph, 0);
+  cudaGraphDestroy(graph);  // the executable graph is an independent copy
+  course::check_cuda(instantiated, "cudaGraphInstantiate(&exec, graph, 0)", __FILE__, __LINE__);
+  reset();
+  exec_ = exec;
+}
+
+void GraphExec::launch(cudaStream_t stream) const {
+  if (exec_ == nullptr) throw std::logic_error("GraphExec::launch: nothing captured yet");
+  CUDA_CHECK(cudaGraphLaunch(exec_, stream));
+}
+
+// ----------------------------------------------------------------------- GpuPostprocessor
+
+GpuPostprocessor::GpuPostprocessor(const OutputSpec& spec, const Letterbox& letterbox,
+                                   const PostprocessConfig& config)
+    : spec_(spec), letterbox_(letterbox), config_(config) {
+  validate(spec);
+  validate(config);
+  validate_letterbox(letterbox);
+  const int capacity = config.max_candidates;
+  mask_stride_ = ceil_div(capacity, kTile);
+  keys_ = course::DeviceBuffer<std::uint32_t>(static_cast<std::size_t>(spec.num_candidates));
+  candidates_ = course::DeviceBuffer<Detection>(static_cast<std::size_t>(capacity));
+  sorted_ = course::DeviceBuffer<Detection>(static_cast<std::size_t>(capacity));
+  if (config.nms == NmsVersion::v2_bitmask_greedy) {
+    mask_ = course::DeviceBuffer<std::uint64_t>(static_cast<std::size_t>(capacity) * mask_stride_);
+  } else {
+    keep_ = course::DeviceBuffer<std::uint8_t>(static_cast<std::size_t>(capacity));
+  }
+  result_ = course::DeviceBuffer<std::uint8_t>(result_bytes(config.max_detections));
+  host_result_ = course::PinnedBuffer<std::uint8_t>(result_.size());
+  // Zeroed once: the detections past the count are copied back every frame too, and
+  // compute-sanitizer's initcheck would (rightly) flag a copy of bytes nobody wrote.
+  CUDA_CHECK(cudaMemset(result_.data(), 0, result_.bytes()));
+  std::memset(host_result_.data(), 0, host_result_.bytes());
+}
+
+void GpuPostprocessor::enqueue(const float* output, std::size_t elements, cudaStream_t stream) {
+  if (elements != spec_.elements()) {
+    throw std::invalid_argument(
+        std::string("GpuPostprocessor: expected ") + std::to_string(spec_.elements()) +
+        " floats for a " + to_string(spec_.layout) + " output with N = " +
+        std::to_string(spec_.num_candidates) + ", C = " + std::to_string(spec_.num_classes) +
+        ", got " + std::to_string(elements));
+  }
+  if (output == nullptr && elements > 0) {
+    throw std::invalid_argument("GpuPostprocessor: the output pointer is null");
+  }
+  ResultHeader* header = header_of(result_.data());
+  const int n = spec_.num_candidates, capacity = config_.max_candidates;
+  CUDA_CHECK(cudaMemsetAsync(header, 0, sizeof(ResultHeader), stream));
+  if (n > 0) {
+    decode_kernel<<<ceil_div(n, kDecodeThreads), kDecodeThreads, 0, stream>>>(
+        output, spec_, letterbox_, config_.conf_threshold, keys_.data(), header, capacity,
+        candidates_.data());
+    CUDA_CHECK_LAUNCH();
+    if (n > capacity) {  // overflow is possible: the kernel checks the count and usually returns
+      select_top_k_kernel<<<1, kSelectThreads, 0, stream>>>(output, spec_, letterbox_,
+                                                             config_.conf_threshold, keys_.data(),
+                                                             header, capacity, candidates_.data());
+      CUDA_CHECK_LAUNCH();
+    }
+  }
+  const NmsBuffers buffers{candidates_.data(), sorted_.data(), mask_.data(), mask_stride_,
+                           keep_.data(),       header,         detections_of(result_.data()),
+                           capacity,           config_.max_detections};
+  enqueue_sort_and_nms(buffers, config_.iou_threshold, config_.class_agnostic, config_.nms, stream);
+  // One small copy back, into pinned memory: the copy engine DMAs straight into it, and the
+  // copy can be captured into a graph (a pageable destination could not).
+  CUDA_CHECK(cudaMemcpyAsync(host_result_.data(), result_.data(), result_.bytes(),
+                             cudaMemcpyDeviceToHost, stream));
+}
+
+void GpuPostprocessor::capture_graph(const float* output, std::size_t elements,
+                                     cudaStream_t stream) {
+  graph_.capture(stream, [&] { enqueue(output, elements, stream); });
+}
+
+void GpuPostprocessor::launch_graph(cudaStream_t stream) const {
+  if (!graph_) throw std::logic_error("GpuPostprocessor::launch_graph: call capture_graph first");
+  graph_.launch(stream);
+}
+
+PostprocessResult GpuPostprocessor::result() const {
+  ResultHeader header;
+  std::memcpy(&header, host_result_.data(), sizeof header);
+  PostprocessResult r;
+  r.num_above_threshold = header.num_above_threshold;
+  r.num_dropped = header.num_dropped;
+  r.detections.resize(static_cast<std::size_t>(std::min(header.num_detections, config_.max_detections)));
+  if (!r.detections.empty()) {
+    std::memcpy(r.detections.data(), host_result_.data() + sizeof(ResultHeader),
+                r.detections.size() * sizeof(Detection));
+  }
+  return r;
+}
+
+PostprocessResult GpuPostprocessor::run(const float* output, std::size_t elements,
+                                        cudaStream_t stream) {
+  enqueue(output, elements, stream);
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+  return result();
+}
+
+// --------------------------------------------------------------------------------- GpuNms
+
+GpuNms::GpuNms(int capacity, NmsVersion version)
+    : capacity_(capacity), version_(version), mask_stride_(0) {
+  if (capacity < 1 || capacity > kMaxNmsBoxes) {
+    throw std::invalid_argument("GpuNms: capacity must be in [1, " + std::to_string(kMaxNmsBoxes) +
+                                "], got " + std::to_string(capacity));
+  }
+  if (version != NmsVersion::v1_fast_parallel && version != NmsVersion::v2_bitmask_greedy) {
+    throw std::invalid_argument("GpuNms: unknown NmsVersion");
+  }
+  mask_stride_ = ceil_div(capacity, kTile);
+  sorted_ = course::DeviceBuffer<Detection>(static_cast<std::size_t>(capacity));
+  if (version == NmsVersion::v2_bitmask_greedy) {
+    mask_ = course::DeviceBuffer<std::uint64_t>(static_cast<std::size_t>(capacity) * mask_stride_);
+  } else {
+    keep_ = course::DeviceBuffer<std::uint8_t>(static_cast<std::size_t>(capacity));
+  }
+  result_ = course::DeviceBuffer<std::uint8_t>(result_bytes(capacity));
+  CUDA_CHECK(cudaMemset(result_.data(), 0, result_.bytes()));
+}
+
+void GpuNms::enqueue(const Detection* boxes, int n, float iou_threshold, bool class_agnostic,
+                     cudaStream_t stream) {
+  validate_threshold(iou_threshold, "iou_threshold");
+  if (n < 0 || n > capacity_) {
+    throw std::invalid_argument("GpuNms: expected 0 <= n <= capacity = " + std::to_string(capacity_) +
+                                ", got n = " + std::to_string(n));
+  }
+  if (n > 0 && boxes == nullptr) throw std::invalid_argument("GpuNms: the boxes pointer is null");
+  ResultHeader* header = header_of(result_.data());
+  begin_nms_kernel<<<1, 1, 0, stream>>>(header, n);
+  CUDA_CHECK_LAUNCH();
+  const NmsBuffers buffers{boxes,  sorted_.data(), mask_.data(), mask_stride_,
+                           keep_.data(), header,   detections_of(result_.data()),
+                           capacity_,    capacity_};
+  enqueue_sort_and_nms(buffers, iou_threshold, class_agnostic, version_, stream);
+}
+
+std::vector<Detection> GpuNms::download(cudaStream_t stream) const {
+  std::uint8_t* result = const_cast<std::uint8_t*>(result_.data());
+  ResultHeader header;
+  CUDA_CHECK(cudaMemcpyAsync(&header, header_of(result), sizeof header, cudaMemcpyDeviceToHost, stream));
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+  std::vector<Detection> kept(static_cast<std::size_t>(std::max(0, header.num_detections)));
+  if (!kept.empty()) {
+    CUDA_CHECK(cudaMemcpyAsync(kept.data(), detections_of(result), kept.size() * sizeof(Detection),
+                               cudaMemcpyDeviceToHost, stream));
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+  }
+  return kept;
+}
+
+std::vector<Detection> nms_gpu(const std::vector<Detection>& boxes, float iou_threshold,
+                               bool class_agnostic, NmsVersion version) {
+  validate_threshold(iou_threshold, "iou_threshold");
+  if (boxes.size() > static_cast<std::size_t>(kMaxNmsBoxes)) {
+    throw std::invalid_argument("nms_gpu: at most " + std::to_string(kMaxNmsBoxes) + " boxes, got " +
+                                std::to_string(boxes.size()));
+  }
+  std::unordered_set<int> seen;
+  for (const Detection& b : boxes) {
+    if (std::isnan(b.score)) throw std::invalid_argument("nms_gpu: a score is NaN");
+    if (b.index < 0 || !seen.insert(b.index).second) {
+      throw std::invalid_argument(
+          "nms_gpu: Detection::index must be >= 0 and unique (ties in score are broken by it); "
+          "index " + std::to_string(b.index) + " is not");
+    }
+  }
+  const int n = static_cast<int>(boxes.size());
+  GpuNms nms(std::max(n, 1), version);
+  const course::DeviceBuffer<Detection> d_boxes = course::to_device(boxes);
+  course::Stream stream;
+  nms.enqueue(d_boxes.data(), n, iou_threshold, class_agnostic, stream);
+  return nms.download(stream);
+}
+
+// ----------------------------------------------------------------- classification head
+
+void softmax_rows(const float* logits, float* probs, int rows, int cols, cudaStream_t stream) {
+  if (rows < 0 || cols < 1) {
+    throw std::invalid_argument("softmax_rows: expected rows >= 0 and cols >= 1, got " +
+                                std::to_string(rows) + " x " + std::to_string(cols));
+  }
+  if (rows == 0) return;
+  if (logits == nullptr || probs == nullptr) throw std::invalid_argument("softmax_rows: null pointer");
+  softmax_kernel<<<rows, kSoftmaxThreads, 0, stream>>>(logits, probs, cols);
+  CUDA_CHECK_LAUNCH();
+}
+
+// ====================================================================== 8. exercise solutions
+//
+// exercise.cu holds the same functions as TODO stubs; `make check LESSON=08` builds the tests
+// against those (this block is compiled out there with LESSON_EXERCISE_BUILD). The kernels above
+// call iou, decode_candidate and nms_mask_word: here that works because their definitions are
+// in this translation unit; the exercise build links them from exercise.cu with relocatable
+// device code (see CMakeLists.txt).
+#ifndef LESSON_EXERCISE_BUILD
+
+// Exercise 1.
+__host__ __device__ float iou(const Box& a, const Box& b) {
+  const float iw = fmaxf(0.0f, fminf(a.x2, b.x2) - fmaxf(a.x1, b.x1));
+  const float ih = fmaxf(0.0f, fminf(a.y2, b.y2) - fmaxf(a.y1, b.y1));
+  const float inter = mul_rn(iw, ih);
+  const float area_a = mul_rn(a.x2 - a.x1, a.y2 - a.y1);
+  const float area_b = mul_rn(b.x2 - b.x1, b.y2 - b.y1);
+  const float uni = area_a + area_b - inter;  // without mul_rn, nvcc would fuse this into FMAs
+  return uni > 0.0f ? inter / uni : 0.0f;
+}
+
+// Exercise 2.
+__host__ __device__ bool decode_candidate(const float* output, const OutputSpec& spec, int i,
+                                          float conf_threshold, const Letterbox& lb,
+                                          Detection* out) {
+  const int num_classes = spec.num_classes;
+  float cx, cy, w, h, score;
+  int best = 0;
+  if (spec.layout == Layout::yolov5) {
+    // A row per candidate: this thread reads 5 (or 5 + C) consecutive floats.
+    const float* row = output + static_cast<std::size_t>(i) * static_cast<std::size_t>(5 + num_classes);
+    const float objectness = row[4];
+    if (!(objectness > conf_threshold)) return false;  // exact: objectness x class <= objectness
+    float best_class = row[5];
+    for (int c = 1; c < num_classes; ++c) {
+      if (row[5 + c] > best_class) {  // strict: the lower class wins a tie
+        best_class = row[5 + c];
+        best = c;
+      }
+    }
+    score = mul_rn(objectness, best_class);
+    cx = row[0];
+    cy = row[1];
+    w = row[2];
+    h = row[3];
+  } else {
+    // A channel per attribute: neighbouring threads read neighbouring floats (coalesced).
+    const std::size_t n = static_cast<std::size_t>(spec.num_candidates);
+    const float* column = output + i;
+    score = column[4 * n];
+    for (int c = 1; c < num_classes; ++c) {
+      const float s = column[(4 + static_cast<std::size_t>(c)) * n];
+      if (s > score) {
+        score = s;
+        best = c;
+      }
+    }
+    cx = column[0];
+    cy = column[n];
+    w = column[2 * n];
+    h = column[3 * n];
+  }
+  if (!(score > conf_threshold)) return false;
+  const float half_w = mul_rn(0.5f, w), half_h = mul_rn(0.5f, h);
+  out->box = unletterbox_box({cx - half_w, cy - half_h, cx + half_w, cy + half_h}, lb);
+  out->score = score;
+  out->class_id = best;
+  out->index = i;
+  return true;
+}
+
+// Exercise 3.
+__host__ __device__ std::uint64_t nms_mask_word(const Detection& row_box, int row,
+                                                const Detection* cols, int col_start,
+                                                int col_count, float iou_threshold,
+                                                bool class_agnostic) {
+  std::uint64_t bits = 0;
+  for (int k = 0; k < col_count; ++k) {
+    const Detection& c = cols[k];
+    if (col_start + k > row && (class_agnostic || c.class_id == row_box.class_id) &&
+        iou(row_box.box, c.box) > iou_threshold) {
+      bits |= std::uint64_t{1} << k;
+    }
+  }
+  return bits;
+}
+
+// Exercise 4: top-k, one block per row, k rounds of a block-wide argmax. Round r looks only at
+// the elements ranked after round r-1's pick in the order (value desc, index asc), so nothing
+// needs to be marked or copied: the input stays read-only. O(k x cols / threads) per row: fine
+// for the k <= 64 a classifier wants (a sort wins for large k).
+namespace {
+constexpr int kTopkThreads = 256;
+
+__device__ bool ranks_before(float v, int i, float other_v, int other_i) {
+  return v > other_v || (v == other_v && i < other_i);
+}
+
+__global__ void __launch_bounds__(kTopkThreads)
+    topk_kernel(const float* __restrict__ values, int cols, int k, float* __restrict__ top_values,
+                int* __restrict__ top_indices) {
+  __shared__ float warp_value[kWarpSize];
+  __shared__ int warp_index[kWarpSize];
+  const float* row = values + static_cast<std::size_t>(blockIdx.x) * cols;
+  const int lane = threadIdx.x & (kWarpSize - 1), warp = threadIdx.x / kWarpSize;
+  const int warps = blockDim.x / kWarpSize;
+  float last_value = INFINITY;  // round 0: everything ranks after (+inf, -1)
+  int last_index = -1;
+  for (int r = 0; r < k; ++r) {
+    float best_value = -INFINITY;
+    int best_index = INT_MAX;
+    for (int j = threadIdx.x; j < cols; j += blockDim.x) {
+      const float v = row[j];
+      if (ranks_before(last_value, last_index, v, j) && ranks_before(v, j, best_value, best_index)) {
+        best_value = v;
+        best_index = j;
+      }
+    }
+    for (int d = kWarpSize / 2; d > 0; d >>= 1) {
+      const float other_value = __shfl_xor_sync(kFullMask, best_value, d);
+      const int other_index = __shfl_xor_sync(kFullMask, best_index, d);
+      if (ranks_before(other_value, other_index, best_value, best_index)) {
+        best_value = other_value;
+        best_index = other_index;
+      }
+    }
+    if (lane == 0) {
+      warp_value[warp] = best_value;
+      warp_index[warp] = best_index;
+    }
+    __syncthreads();
+    best_value = warp_value[0];
+    best_index = warp_index[0];
+    for (int w = 1; w < warps; ++w) {
+      if (ranks_before(warp_value[w], warp_index[w], best_value, best_index)) {
+        best_value = warp_value[w];
+        best_index = warp_index[w];
+      }
+    }
+    __syncthreads();  // warp_value is rewritten next round
+    if (threadIdx.x == 0) {
+      top_values[static_cast<std::size_t>(blockIdx.x) * k + r] = best_value;
+      top_indices[static_cast<std::size_t>(blockIdx.x) * k + r] = best_index;
+    }
+    last_value = best_value;
+    last_index = best_index;
+  }
+}
+}  // namespace
+
+void topk_rows(const float* values, int rows, int cols, int k, float* top_values,
+               int* top_indices, cudaStream_t stream) {
+  if (rows < 0 || cols < 1 || k < 1 || k > cols || k > kMaxTopK) {
+    throw std::invalid_argument("topk_rows: expected rows >= 0, cols >= 1 and 1 <= k <= min(cols, " +
+                                std::to_string(kMaxTopK) + "), got rows = " + std::to_string(rows) +
+                                ", cols = " + std::to_string(cols) + ", k = " + std::to_string(k));
+  }
+  if (rows == 0) return;
+  if (values == nullptr || top_values == nullptr || top_indices == nullptr) {
+    throw std::invalid_argument("topk_rows: null pointer");
+  }
+  topk_kernel<<<rows, kTopkThreads, 0, stream>>>(values, cols, k, top_values, top_indices);
+  CUDA_CHECK_LAUNCH();
+}
+
+#endif  // LESSON_EXERCISE_BUILD
+
+}  // namespace lesson08

@@ -1,0 +1,377 @@
+// Lesson 08: detector postprocessing on the GPU, and the classification head.
+//
+// The engine's raw output (8.6 MB for YOLOv5 at 640x640) becomes a short list of boxes in the
+// source image without leaving the GPU; only the list (a few KB) is copied to the host.
+//
+//   output tensor --decode--> candidates --top-K--> sorted --NMS--> detections --D2H--> host
+//   (N candidates)  1 thread    (bounded     (only on  (score desc,  (greedy,       (pinned,
+//                   each        buffer,       overflow) index asc)    class-aware)   one copy)
+//                               atomic)
+//
+// Kernels, in the order postprocess.cu teaches them:
+//   decode_kernel              one thread per candidate: confidence filter, argmax, corners,
+//                              letterbox inverse; warp-aggregated atomic compaction into a
+//                              bounded buffer, plus a dense array of score keys
+//   select_top_k_kernel        only when more candidates passed than the buffer holds: radix
+//                              select of the K best (score desc, index asc) so that the
+//                              survivors do not depend on thread order
+//   rank_sort_kernel           sort by (score desc, index asc): each element counts how many
+//                              keys beat it
+//   nms_v1_fast_kernel         NMS v1, "Fast NMS": a box is dropped if ANY higher-scoring box
+//                              of its class overlaps it; one pass, fully parallel, NOT greedy
+//   nms_v2_mask_kernel         NMS v2, exact greedy: IoU of 64x64 tiles into 64-bit masks...
+//   nms_v2_reduce_kernel       ...then one block walks the masks in score order on the GPU
+//   softmax_kernel, topk       the classification head
+//
+// Semantics (../../shared/DESIGN.md, "Semantics"): IoU in continuous coordinates, no "+1"; a
+// candidate is kept when score > conf_threshold; NMS is greedy, class-aware by default, in order
+// of (score desc, index asc), and suppresses when IoU > iou_threshold (strictly). GPU results
+// equal the CPU reference (reference.cpp) exactly: the per-element functions below are shared
+// by both, and written so that the device rounds exactly like the host (no FMA contraction).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "common/memory.hpp"
+#include "letterbox_map.cuh"
+
+namespace lesson08 {
+
+// ---------------------------------------------------------------- tensors and detections
+
+// The two output layouts of YOLO-style detectors. The caller says which; a tensor does not.
+//   yolov5: [N, 5 + C] row-major; row n = cx, cy, w, h, objectness, C class scores.
+//           score = objectness x class score. N = 25200 for a 640x640 input.
+//   yolov8: [4 + C, N] channel-major; channel k holds attribute k of every candidate
+//           (cx, cy, w, h, C class scores); no objectness: score = class score. N = 8400.
+// Boxes are centre/size in network-input pixels; scores are probabilities in [0, 1] (the
+// exported models apply the sigmoid).
+enum class Layout { yolov5, yolov8 };
+const char* to_string(Layout layout);
+
+struct OutputSpec {
+  Layout layout = Layout::yolov8;
+  int num_candidates = 0;  // N >= 0
+  int num_classes = 0;     // C >= 1
+
+  // Values per candidate: 5 + C (yolov5) or 4 + C (yolov8).
+  __host__ __device__ int attributes() const {
+    return (layout == Layout::yolov5 ? 5 : 4) + num_classes;
+  }
+  std::size_t elements() const {
+    return static_cast<std::size_t>(num_candidates) * static_cast<std::size_t>(attributes());
+  }
+};
+
+// Throws std::invalid_argument unless N >= 0, C >= 1 and N x attributes < 2^31 (the kernels
+// index the tensor with 32-bit offsets per candidate).
+void validate(const OutputSpec& spec);
+
+// One detection: a box in source-image pixels (continuous coordinates), its score and class,
+// and `index`, the candidate's position in the output tensor (ties in score are broken by it,
+// lower first, so it must be unique within one NMS call).
+struct Detection {
+  Box box;
+  float score;
+  int class_id;
+  int index;
+};
+
+// The header of the result the GPU writes and the host copies back (with the detections after
+// it, in one copy).
+struct ResultHeader {
+  int num_above_threshold;  // candidates with score > conf_threshold (decode) / boxes given (NMS)
+  int num_dropped;          // above threshold but beyond max_candidates (the K best were kept)
+  int num_detections;       // detections written, <= max_detections
+  int reserved;
+};
+
+// ---------------------------------------------------- per-element math (host and device)
+
+// x * y rounded once. On the device nvcc contracts a * b + c into one FMA (one rounding instead
+// of two), which the host compiler does not do; __fmul_rn is never contracted, so the device
+// rounds like the host and GPU results equal the CPU reference bit for bit.
+__host__ __device__ inline float mul_rn(float x, float y) {
+#ifdef __CUDA_ARCH__
+  return __fmul_rn(x, y);
+#else
+  return x * y;
+#endif
+}
+
+// The bits of a float (for keys and radix select).
+__host__ __device__ inline std::uint32_t float_bits(float f) {
+#ifdef __CUDA_ARCH__
+  return __float_as_uint(f);
+#else
+  std::uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  return u;
+#endif
+}
+
+// The sort key of a detection: a larger key comes first. Ordering (score desc, index asc) as
+// one unsigned 64-bit comparison: the high word is the score's bits made monotonic (negative
+// floats have their bits flipped, positive ones get the sign bit set; -0 counts as +0), the low
+// word is ~index. Unique when indices are unique, so any sort gives the same order.
+__host__ __device__ inline std::uint64_t sort_key(float score, int index) {
+  const std::uint32_t bits = float_bits(score == 0.0f ? 0.0f : score);
+  const std::uint32_t ordered = (bits & 0x80000000u) ? ~bits : (bits | 0x80000000u);
+  return (static_cast<std::uint64_t>(ordered) << 32) |
+         static_cast<std::uint32_t>(~static_cast<std::uint32_t>(index));
+}
+
+// Does a come before b in NMS order (score desc, index asc)?
+__host__ __device__ inline bool nms_before(const Detection& a, const Detection& b) {
+  return sort_key(a.score, a.index) > sort_key(b.score, b.index);
+}
+
+// EXERCISE 1. Intersection over union of two boxes in continuous coordinates (no "+1"):
+// intersection area / (area_a + area_b - intersection). Boxes that only touch have IoU 0; a
+// union of zero area (two degenerate boxes) gives 0. Symmetric: iou(a, b) == iou(b, a) exactly.
+// Products through mul_rn, so that host and device round the same way.
+__host__ __device__ float iou(const Box& a, const Box& b);
+
+// EXERCISE 2. Decodes candidate `i` (0 <= i < N) of a detector output laid out as `spec` says.
+// Returns false when its score is not above conf_threshold. Otherwise fills *out:
+//   - class_id: argmax over the C class scores (the lower class on a tie);
+//   - score: objectness x best class score (yolov5) or the best class score (yolov8);
+//   - box: (cx - w/2, cy - h/2, cx + w/2, cy + h/2) in network-input pixels, mapped back to the
+//     source image with unletterbox_box (clamped to the image);
+//   - index: i.
+// yolov5 shortcut: when objectness <= conf_threshold the class scores are not read at all: with
+// class scores in [0, 1], objectness x class <= objectness, so the candidate cannot pass (this is
+// what YOLOv5's own NMS does first, and it saves reading 80 of every 85 floats).
+__host__ __device__ bool decode_candidate(const float* output, const OutputSpec& spec, int i,
+                                          float conf_threshold, const Letterbox& lb,
+                                          Detection* out);
+
+// EXERCISE 3. One word of the NMS v2 bit mask: bit k is set when box `row` (the row_box, at
+// position `row` in score order) suppresses the column box cols[k], at position col_start + k:
+//   col_start + k > row  (only a higher-scoring box can suppress a lower one), and
+//   the two have the same class_id (unless class_agnostic), and
+//   iou(row_box.box, cols[k].box) > iou_threshold.
+// cols holds col_count <= 64 boxes; bits k >= col_count are 0.
+__host__ __device__ std::uint64_t nms_mask_word(const Detection& row_box, int row,
+                                                const Detection* cols, int col_start,
+                                                int col_count, float iou_threshold,
+                                                bool class_agnostic);
+
+// ------------------------------------------------------------------ the GPU postprocess
+
+enum class NmsVersion {
+  v1_fast_parallel,   // Fast NMS: parallel, removes a superset of what greedy NMS removes
+  v2_bitmask_greedy,  // exact greedy NMS: 64x64 IoU bit masks, one pass over them on the GPU
+};
+const char* to_string(NmsVersion version);
+
+struct PostprocessConfig {
+  float conf_threshold = 0.25f;  // keep a candidate when score > conf_threshold; in [0, 1]
+  float iou_threshold = 0.45f;   // suppress when IoU > iou_threshold; in [0, 1]
+  bool class_agnostic = false;   // false: boxes of different classes never suppress each other
+  int max_candidates = 4096;     // capacity of the candidate buffer (the top-K by score go in)
+  int max_detections = 300;      // at most this many detections (the best, in NMS order)
+  NmsVersion nms = NmsVersion::v2_bitmask_greedy;
+};
+
+// Largest max_candidates (and largest box count for NMS): the v2 bit mask takes n x n / 8 bytes
+// (512 MiB at this size), and the v2 pass keeps one bit per box in shared memory.
+constexpr int kMaxNmsBoxes = 1 << 16;
+
+// Throws std::invalid_argument unless both thresholds are in [0, 1] (NaN is not) and
+// max_candidates and max_detections are in [1, kMaxNmsBoxes].
+void validate(const PostprocessConfig& config);
+
+// Throws std::invalid_argument("<name> must be in [0, 1], got ...") unless 0 <= t <= 1.
+void validate_threshold(float t, const char* name);
+
+// What the postprocess returns to the host.
+struct PostprocessResult {
+  std::vector<Detection> detections;  // in NMS order: score desc, index asc
+  int num_above_threshold = 0;        // candidates with score > conf_threshold
+  int num_dropped = 0;                // of those, how many did not fit in max_candidates
+};
+
+// A move-only owner of an instantiated CUDA graph (cudaGraphExec_t).
+class GraphExec {
+ public:
+  GraphExec() = default;
+  ~GraphExec() { reset(); }
+  GraphExec(const GraphExec&) = delete;
+  GraphExec& operator=(const GraphExec&) = delete;
+  GraphExec(GraphExec&& other) noexcept : exec_(other.exec_) { other.exec_ = nullptr; }
+  GraphExec& operator=(GraphExec&& other) noexcept {
+    if (this != &other) {
+      reset();
+      exec_ = other.exec_;
+      other.exec_ = nullptr;
+    }
+    return *this;
+  }
+  cudaGraphExec_t get() const noexcept { return exec_; }
+  explicit operator bool() const noexcept { return exec_ != nullptr; }
+  // Captures what enqueue() puts on `stream` and instantiates it (replaces any previous graph).
+  template <class F>
+  void capture(cudaStream_t stream, F&& enqueue);
+  void launch(cudaStream_t stream) const;
+
+ private:
+  void reset() noexcept;
+  void end_capture_and_instantiate(cudaStream_t stream);
+  cudaGraphExec_t exec_ = nullptr;
+};
+
+// The whole detector postprocess for one output tensor, with every buffer allocated once (in
+// the constructor), so that per frame there is no allocation, no host synchronisation between
+// the steps, and one small device-to-host copy at the end into pinned memory:
+//
+//   GpuPostprocessor post(spec, letterbox, config);     // allocates; validates (may throw)
+//   post.enqueue(d_output, spec.elements(), stream);    // memset, 4-5 kernels, one copy
+//   CUDA_CHECK(cudaStreamSynchronize(stream));
+//   PostprocessResult r = post.result();
+//
+// Or capture the same work once as a CUDA graph and replay it for each frame (the input pointer
+// is baked into the graph: write each frame's output to the same device buffer):
+//   post.capture_graph(d_output, spec.elements(), stream);  then per frame: post.launch_graph(stream)
+//
+// Throws std::invalid_argument for a bad spec or config (before allocating anything).
+class GpuPostprocessor {
+ public:
+  GpuPostprocessor(const OutputSpec& spec, const Letterbox& letterbox,
+                   const PostprocessConfig& config);
+
+  // output: device pointer to the tensor, `elements` floats. Throws std::invalid_argument if
+  // elements != spec.elements() or output is null (with N > 0). Asynchronous on `stream`.
+  void enqueue(const float* output, std::size_t elements, cudaStream_t stream);
+  void capture_graph(const float* output, std::size_t elements, cudaStream_t stream);
+  void launch_graph(cudaStream_t stream) const;  // throws std::logic_error before capture_graph
+
+  // The result of the last enqueue/launch_graph. Call after the stream has finished it.
+  PostprocessResult result() const;
+  // enqueue + cudaStreamSynchronize + result.
+  PostprocessResult run(const float* output, std::size_t elements, cudaStream_t stream);
+
+  const OutputSpec& spec() const { return spec_; }
+  const PostprocessConfig& config() const { return config_; }
+
+ private:
+  OutputSpec spec_;
+  Letterbox letterbox_;
+  PostprocessConfig config_;
+  int mask_stride_ = 0;                              // 64-bit words per mask row
+  course::DeviceBuffer<std::uint32_t> keys_;         // [N] score bits, 0 = below threshold
+  course::DeviceBuffer<Detection> candidates_;       // [max_candidates], compaction order
+  course::DeviceBuffer<Detection> sorted_;           // [max_candidates], NMS order
+  course::DeviceBuffer<std::uint64_t> mask_;         // v2: [max_candidates][mask_stride_]
+  course::DeviceBuffer<std::uint8_t> keep_;          // v1: [max_candidates] keep flags
+  course::DeviceBuffer<std::uint8_t> result_;        // ResultHeader + Detection[max_detections]
+  course::PinnedBuffer<std::uint8_t> host_result_;   // its pinned mirror
+  GraphExec graph_;
+};
+
+// NMS alone, on boxes already in device memory (the benchmark's "NMS of 10,000 boxes"):
+// sort by (score desc, index asc), then v1 or v2. The result stays on the device until
+// download() (one synchronising copy of the header, one of the kept boxes).
+class GpuNms {
+ public:
+  // capacity: the most boxes one call takes, in [1, kMaxNmsBoxes]; throws std::invalid_argument.
+  GpuNms(int capacity, NmsVersion version);
+  // boxes: device array of n Detection in any order with unique `index` values, 0 <= n <=
+  // capacity. Throws std::invalid_argument for a bad n or threshold. Asynchronous.
+  void enqueue(const Detection* boxes, int n, float iou_threshold, bool class_agnostic,
+               cudaStream_t stream);
+  // The kept boxes in NMS order (synchronises `stream`).
+  std::vector<Detection> download(cudaStream_t stream) const;
+
+ private:
+  int capacity_;
+  NmsVersion version_;
+  int mask_stride_;
+  course::DeviceBuffer<Detection> sorted_;
+  course::DeviceBuffer<std::uint64_t> mask_;
+  course::DeviceBuffer<std::uint8_t> keep_;
+  course::DeviceBuffer<std::uint8_t> result_;  // ResultHeader + Detection[capacity]
+};
+
+// Convenience for tests: copies `boxes` to the device, runs GpuNms, returns the kept boxes.
+// Throws std::invalid_argument if an index repeats, a score is NaN, the threshold is outside
+// [0, 1] or there are more than kMaxNmsBoxes boxes.
+std::vector<Detection> nms_gpu(const std::vector<Detection>& boxes, float iou_threshold,
+                               bool class_agnostic, NmsVersion version);
+
+// -------------------------------------------------------------------- CPU reference (host)
+// reference.cpp: straightforward loops over the same per-element functions.
+
+// Sorts into NMS order: score desc, index asc.
+void sort_for_nms(std::vector<Detection>& boxes);
+
+// Greedy NMS (DESIGN.md): in NMS order, keep a box unless a kept box of the same class (any
+// kept box when class_agnostic) has IoU > iou_threshold with it. Returns the kept boxes in NMS
+// order. Equal to cv::dnn::NMSBoxes run per class (the tests check it).
+std::vector<Detection> nms_cpu(std::vector<Detection> boxes, float iou_threshold,
+                               bool class_agnostic);
+
+// Fast NMS (what v1 computes): drop a box if ANY higher box in NMS order (kept or not) of its
+// class has IoU > iou_threshold with it.
+std::vector<Detection> fast_nms_cpu(std::vector<Detection> boxes, float iou_threshold,
+                                    bool class_agnostic);
+
+// Decode + confidence filter + top-K: every candidate that passes, in NMS order, truncated to
+// max_candidates. num_dropped = passing - kept. Throws std::invalid_argument if elements !=
+// spec.elements() or conf_threshold is outside [0, 1].
+struct DecodeResult {
+  std::vector<Detection> candidates;
+  int num_above_threshold = 0;
+  int num_dropped = 0;
+};
+DecodeResult decode_cpu(const float* output, std::size_t elements, const OutputSpec& spec,
+                        const Letterbox& letterbox, float conf_threshold, int max_candidates);
+
+// The whole postprocess on the CPU: decode_cpu, then nms_cpu (or fast_nms_cpu for v1), then the
+// first max_detections. What GpuPostprocessor must return.
+PostprocessResult postprocess_cpu(const float* output, std::size_t elements,
+                                  const OutputSpec& spec, const Letterbox& letterbox,
+                                  const PostprocessConfig& config);
+
+// ------------------------------------------------------------------- classification head
+
+// Largest k topk_rows accepts.
+constexpr int kMaxTopK = 64;
+
+// probs[r][c] = exp(logits[r][c] - max_r) / sum_c exp(logits[r][c] - max_r): softmax of each
+// row of a rows x cols row-major matrix in device memory (subtracting the row maximum keeps
+// exp() from overflowing; the result is the same). One block per row. rows >= 0, cols >= 1,
+// else std::invalid_argument. Asynchronous.
+void softmax_rows(const float* logits, float* probs, int rows, int cols, cudaStream_t stream);
+
+// EXERCISE 4. The k largest values of each row of a rows x cols row-major matrix in device
+// memory, in order (value desc, index asc on ties): top_values and top_indices are rows x k.
+// Values must not be NaN. Throws std::invalid_argument unless rows >= 0, cols >= 1 and
+// 1 <= k <= min(cols, kMaxTopK). Asynchronous.
+void topk_rows(const float* values, int rows, int cols, int k, float* top_values,
+               int* top_indices, cudaStream_t stream);
+
+// --------------------------------------------------------------- template implementation
+
+template <class F>
+void GraphExec::capture(cudaStream_t stream, F&& enqueue) {
+  // ThreadLocal: only this thread's unsafe API calls (a cudaMalloc, a sync) break the capture;
+  // anything the stream would not record raises an error instead of running eagerly.
+  CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  try {
+    enqueue();
+  } catch (...) {
+    cudaGraph_t partial = nullptr;
+    cudaStreamEndCapture(stream, &partial);  // leave the stream usable, then report the error
+    if (partial != nullptr) cudaGraphDestroy(partial);
+    throw;
+  }
+  end_capture_and_instantiate(stream);
+}
+
+}  // namespace lesson08

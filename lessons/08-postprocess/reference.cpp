@@ -1,0 +1,140 @@
+// The CPU reference of the postprocess, and the host-side checks every entry point shares.
+// Host code only: plain loops over the same per-element functions the kernels call (iou,
+// decode_candidate), so that GPU and CPU results can be compared exactly.
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+#include "postprocess.cuh"
+
+namespace lesson08 {
+
+const char* to_string(Layout layout) {
+  return layout == Layout::yolov5 ? "YOLOv5 [N, 5+C]" : "YOLOv8 [4+C, N]";
+}
+
+const char* to_string(NmsVersion version) {
+  return version == NmsVersion::v1_fast_parallel ? "v1 fast parallel" : "v2 bitmask greedy";
+}
+
+void validate(const OutputSpec& spec) {
+  if (spec.layout != Layout::yolov5 && spec.layout != Layout::yolov8) {
+    throw std::invalid_argument("OutputSpec: unknown layout");
+  }
+  if (spec.num_candidates < 0 || spec.num_classes < 1) {
+    throw std::invalid_argument("OutputSpec: expected num_candidates >= 0 and num_classes >= 1, got N = " +
+                                std::to_string(spec.num_candidates) +
+                                ", C = " + std::to_string(spec.num_classes));
+  }
+  if (static_cast<long long>(spec.num_classes) + 5 > 0x7fffffffLL ||
+      static_cast<long long>(spec.num_candidates) * spec.attributes() > 0x7fffffffLL) {
+    throw std::invalid_argument("OutputSpec: N x (attributes) must be below 2^31 elements");
+  }
+}
+
+void validate_threshold(float t, const char* name) {
+  if (!(t >= 0.0f && t <= 1.0f)) {  // also rejects NaN
+    throw std::invalid_argument(std::string(name) + " must be in [0, 1], got " + std::to_string(t));
+  }
+}
+
+void validate(const PostprocessConfig& config) {
+  validate_threshold(config.conf_threshold, "conf_threshold");
+  validate_threshold(config.iou_threshold, "iou_threshold");
+  if (config.max_candidates < 1 || config.max_candidates > kMaxNmsBoxes) {
+    throw std::invalid_argument("max_candidates must be in [1, " + std::to_string(kMaxNmsBoxes) +
+                                "], got " + std::to_string(config.max_candidates));
+  }
+  if (config.max_detections < 1 || config.max_detections > kMaxNmsBoxes) {
+    throw std::invalid_argument("max_detections must be in [1, " + std::to_string(kMaxNmsBoxes) +
+                                "], got " + std::to_string(config.max_detections));
+  }
+  if (config.nms != NmsVersion::v1_fast_parallel && config.nms != NmsVersion::v2_bitmask_greedy) {
+    throw std::invalid_argument("unknown NmsVersion");
+  }
+}
+
+void sort_for_nms(std::vector<Detection>& boxes) {
+  std::sort(boxes.begin(), boxes.end(), nms_before);
+}
+
+std::vector<Detection> nms_cpu(std::vector<Detection> boxes, float iou_threshold,
+                               bool class_agnostic) {
+  validate_threshold(iou_threshold, "iou_threshold");
+  sort_for_nms(boxes);
+  std::vector<Detection> kept;
+  for (const Detection& candidate : boxes) {
+    bool keep = true;
+    for (const Detection& k : kept) {
+      if ((class_agnostic || k.class_id == candidate.class_id) &&
+          iou(k.box, candidate.box) > iou_threshold) {
+        keep = false;
+        break;
+      }
+    }
+    if (keep) kept.push_back(candidate);
+  }
+  return kept;
+}
+
+std::vector<Detection> fast_nms_cpu(std::vector<Detection> boxes, float iou_threshold,
+                                    bool class_agnostic) {
+  validate_threshold(iou_threshold, "iou_threshold");
+  sort_for_nms(boxes);
+  std::vector<Detection> kept;
+  for (std::size_t i = 0; i < boxes.size(); ++i) {
+    bool keep = true;
+    for (std::size_t j = 0; j < i && keep; ++j) {  // every higher box, kept or not
+      keep = !((class_agnostic || boxes[j].class_id == boxes[i].class_id) &&
+               iou(boxes[j].box, boxes[i].box) > iou_threshold);
+    }
+    if (keep) kept.push_back(boxes[i]);
+  }
+  return kept;
+}
+
+DecodeResult decode_cpu(const float* output, std::size_t elements, const OutputSpec& spec,
+                        const Letterbox& letterbox, float conf_threshold, int max_candidates) {
+  validate(spec);
+  validate_threshold(conf_threshold, "conf_threshold");
+  if (elements != spec.elements()) {
+    throw std::invalid_argument("decode_cpu: expected " + std::to_string(spec.elements()) +
+                                " floats for a " + to_string(spec.layout) + " output with N = " +
+                                std::to_string(spec.num_candidates) + ", C = " +
+                                std::to_string(spec.num_classes) + ", got " + std::to_string(elements));
+  }
+  if (max_candidates < 1) throw std::invalid_argument("decode_cpu: max_candidates must be >= 1");
+  DecodeResult r;
+  for (int i = 0; i < spec.num_candidates; ++i) {
+    Detection d;
+    if (decode_candidate(output, spec, i, conf_threshold, letterbox, &d)) r.candidates.push_back(d);
+  }
+  r.num_above_threshold = static_cast<int>(r.candidates.size());
+  sort_for_nms(r.candidates);
+  if (r.num_above_threshold > max_candidates) {
+    r.candidates.resize(static_cast<std::size_t>(max_candidates));
+    r.num_dropped = r.num_above_threshold - max_candidates;
+  }
+  return r;
+}
+
+PostprocessResult postprocess_cpu(const float* output, std::size_t elements,
+                                  const OutputSpec& spec, const Letterbox& letterbox,
+                                  const PostprocessConfig& config) {
+  validate(config);
+  DecodeResult decoded = decode_cpu(output, elements, spec, letterbox, config.conf_threshold,
+                                    config.max_candidates);
+  PostprocessResult r;
+  r.num_above_threshold = decoded.num_above_threshold;
+  r.num_dropped = decoded.num_dropped;
+  r.detections = config.nms == NmsVersion::v1_fast_parallel
+                     ? fast_nms_cpu(std::move(decoded.candidates), config.iou_threshold, config.class_agnostic)
+                     : nms_cpu(std::move(decoded.candidates), config.iou_threshold, config.class_agnostic);
+  if (static_cast<int>(r.detections.size()) > config.max_detections) {
+    r.detections.resize(static_cast<std::size_t>(config.max_detections));
+  }
+  return r;
+}
+
+}  // namespace lesson08

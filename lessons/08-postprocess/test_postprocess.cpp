@@ -1,0 +1,797 @@
+// Lesson 08 tests. Oracles: hand-computed values, a double-precision IoU written here,
+// cv::dnn::NMSBoxes (run per class), std::partial_sort, a double-precision softmax, and the
+// generator's ground truth. The GPU is compared with the CPU reference exactly: both run the
+// same per-element functions, rounded the same way.
+#include <cuda_runtime_api.h>
+
+#include <opencv2/core.hpp>
+#include <opencv2/dnn.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <numeric>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "common/memory.hpp"
+#include "common/stream.hpp"
+#include "common/testing.hpp"
+#include "postprocess.cuh"
+#include "synthetic.hpp"
+
+using namespace lesson08;
+using course::testing::Approx;
+using course::testing::Contains;
+
+namespace {
+
+std::string describe(const Detection& d) {
+  std::ostringstream s;
+  s << "{box (" << d.box.x1 << ", " << d.box.y1 << ", " << d.box.x2 << ", " << d.box.y2
+    << "), score " << d.score << ", class " << d.class_id << ", index " << d.index << "}";
+  return s.str();
+}
+
+bool same(const Detection& a, const Detection& b) {
+  return a.box.x1 == b.box.x1 && a.box.y1 == b.box.y1 && a.box.x2 == b.box.x2 &&
+         a.box.y2 == b.box.y2 && a.score == b.score && a.class_id == b.class_id &&
+         a.index == b.index;
+}
+
+// Exact equality of two detection lists; on a mismatch, reports the first difference.
+void require_same(const std::vector<Detection>& got, const std::vector<Detection>& expected) {
+  REQUIRE(got.size() == expected.size());
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    if (!same(got[i], expected[i])) {
+      INFO("first difference at position " << i << ": got " << describe(got[i]) << ", expected "
+                                           << describe(expected[i]));
+      REQUIRE(same(got[i], expected[i]));
+    }
+  }
+}
+
+// The oracle IoU: double precision, straight from the definition.
+double iou_double(const Box& a, const Box& b) {
+  const double iw = std::max(0.0, std::min<double>(a.x2, b.x2) - std::max<double>(a.x1, b.x1));
+  const double ih = std::max(0.0, std::min<double>(a.y2, b.y2) - std::max<double>(a.y1, b.y1));
+  const double inter = iw * ih;
+  const double uni = (double(a.x2) - a.x1) * (double(a.y2) - a.y1) +
+                     (double(b.x2) - b.x1) * (double(b.y2) - b.y1) - inter;
+  return uni > 0.0 ? inter / uni : 0.0;
+}
+
+// cv::dnn::NMSBoxes run per class (all together when class_agnostic), merged in NMS order.
+// `boxes` must be in index order: OpenCV breaks score ties by position (a stable sort).
+std::vector<Detection> opencv_nms(const std::vector<Detection>& boxes, float iou_threshold,
+                                  bool class_agnostic) {
+  std::map<int, std::vector<int>> groups;
+  for (std::size_t i = 0; i < boxes.size(); ++i) {
+    groups[class_agnostic ? 0 : boxes[i].class_id].push_back(static_cast<int>(i));
+  }
+  std::vector<Detection> kept;
+  for (const auto& group : groups) {
+    std::vector<cv::Rect2d> rects;
+    std::vector<float> scores;
+    for (int i : group.second) {
+      const Box& b = boxes[static_cast<std::size_t>(i)].box;
+      rects.emplace_back(b.x1, b.y1, double(b.x2) - b.x1, double(b.y2) - b.y1);
+      scores.push_back(boxes[static_cast<std::size_t>(i)].score);
+    }
+    std::vector<int> indices;
+    cv::dnn::NMSBoxes(rects, scores, 0.0f, iou_threshold, indices);  // every score is > 0
+    for (int k : indices) kept.push_back(boxes[static_cast<std::size_t>(group.second[static_cast<std::size_t>(k)])]);
+  }
+  sort_for_nms(kept);
+  return kept;
+}
+
+Detection make_box(float x1, float y1, float x2, float y2, float score, int class_id, int index) {
+  return Detection{{x1, y1, x2, y2}, score, class_id, index};
+}
+
+// The letterbox every generator test uses: 1280x720 into 640x640 (s = 0.5, pad_y = 140).
+Letterbox test_letterbox() { return make_letterbox(1280, 720, 640, 640); }
+
+struct Frame {
+  OutputSpec spec;
+  Letterbox letterbox;
+  std::vector<GroundTruth> objects;
+  std::vector<float> tensor;
+};
+
+Frame make_frame(Layout layout, int n, int num_classes, int objects, int candidates_per_object,
+                 std::uint32_t seed) {
+  Frame f;
+  f.spec = {layout, n, num_classes};
+  f.letterbox = test_letterbox();
+  SceneConfig scene;
+  scene.num_objects = objects;
+  scene.num_classes = num_classes;
+  scene.seed = seed;
+  f.objects = make_scene(scene);
+  GeneratorConfig gen;
+  gen.candidates_per_object = candidates_per_object;
+  gen.seed = seed + 1;
+  f.tensor = make_detector_output(f.spec, f.letterbox, f.objects, gen);
+  return f;
+}
+
+PostprocessResult run_gpu(const Frame& f, const PostprocessConfig& config) {
+  const course::DeviceBuffer<float> d_output = course::to_device(f.tensor);
+  GpuPostprocessor post(f.spec, f.letterbox, config);
+  course::Stream stream;
+  return post.run(d_output.data(), f.tensor.size(), stream);
+}
+
+PostprocessResult run_cpu(const Frame& f, const PostprocessConfig& config) {
+  return postprocess_cpu(f.tensor.data(), f.tensor.size(), f.spec, f.letterbox, config);
+}
+
+// A YOLOv8 tensor written by hand: candidate i has box (cx, cy, w, h) and class scores.
+struct HandTensor {
+  OutputSpec spec;
+  std::vector<float> data;
+  HandTensor(Layout layout, int n, int num_classes)
+      : spec{layout, n, num_classes}, data(spec.elements(), 0.0f) {}
+  void set(int i, float cx, float cy, float w, float h, float objectness, std::vector<float> classes) {
+    const int C = spec.num_classes;
+    if (spec.layout == Layout::yolov5) {
+      float* row = data.data() + static_cast<std::size_t>(i) * spec.attributes();
+      row[0] = cx, row[1] = cy, row[2] = w, row[3] = h, row[4] = objectness;
+      for (int c = 0; c < C; ++c) row[5 + c] = classes[static_cast<std::size_t>(c)];
+    } else {
+      const std::size_t N = static_cast<std::size_t>(spec.num_candidates);
+      data[0 * N + i] = cx, data[1 * N + i] = cy, data[2 * N + i] = w, data[3 * N + i] = h;
+      for (int c = 0; c < C; ++c) data[(4 + c) * N + i] = classes[static_cast<std::size_t>(c)];
+    }
+  }
+};
+
+// An identity letterbox (640x640 -> 640x640): s = 1, no padding.
+Letterbox identity_letterbox() { return make_letterbox(640, 640, 640, 640); }
+
+}  // namespace
+
+// =================================================================== letterbox geometry
+
+TEST_CASE("make_letterbox: scale, centred continuous padding", "[letterbox]") {
+  const Letterbox a = make_letterbox(1280, 720, 640, 640);
+  CHECK(a.scale == 0.5);
+  CHECK(a.pad_x == 0.0);
+  CHECK(a.pad_y == 140.0);
+  const Letterbox b = make_letterbox(720, 1280, 640, 640);  // portrait: padding left and right
+  CHECK(b.scale == 0.5);
+  CHECK(b.pad_x == 140.0);
+  CHECK(b.pad_y == 0.0);
+  const Letterbox c = make_letterbox(641, 479, 640, 640);  // odd: fractional padding, not rounded
+  CHECK(c.scale == 640.0 / 641.0);
+  CHECK(c.pad_x == Approx(0.0).margin(1e-12));
+  CHECK(c.pad_y == Approx((640.0 - 479.0 * 640.0 / 641.0) / 2.0).epsilon(1e-15));
+  CHECK(c.pad_y != std::round(c.pad_y));
+}
+
+TEST_CASE("make_letterbox rejects empty and oversized images", "[letterbox]") {
+  CHECK_THROWS_AS(make_letterbox(0, 720, 640, 640), std::invalid_argument);
+  CHECK_THROWS_WITH(make_letterbox(1280, -1, 640, 640), Contains("source size must be in [1, 32766]"));
+  CHECK_THROWS_WITH(make_letterbox(1280, 720, 640, 40000), Contains("target size"));
+}
+
+TEST_CASE("unletterbox_box inverts letterbox_box and clamps to the image", "[letterbox]") {
+  const Letterbox lb = make_letterbox(1280, 720, 640, 640);
+  const Box src{100.0f, 50.0f, 300.5f, 700.25f};
+  const Box dst = letterbox_box(src, lb);
+  CHECK(dst.x1 == 50.0f);
+  CHECK(dst.y1 == 165.0f);  // 0.5 * 50 + 140
+  const Box back = unletterbox_box(dst, lb);
+  CHECK(back.x1 == src.x1);
+  CHECK(back.y1 == src.y1);
+  CHECK(back.x2 == src.x2);
+  CHECK(back.y2 == src.y2);
+  // A box reaching into the padding and past the input's edge is clamped to [0, W] x [0, H].
+  const Box outside = unletterbox_box({-20.0f, 100.0f, 700.0f, 600.0f}, lb);
+  CHECK(outside.x1 == 0.0f);
+  CHECK(outside.y1 == 0.0f);  // (100 - 140) / 0.5 < 0
+  CHECK(outside.x2 == 1280.0f);
+  CHECK(outside.y2 == 720.0f);  // (600 - 140) / 0.5 = 920 > 720
+}
+
+// ============================================================================ exercise 1
+
+TEST_CASE("iou: hand-computed cases", "[ex1]") {
+  const Box unit{0, 0, 1, 1};
+  CHECK(iou(unit, unit) == 1.0f);
+  CHECK(iou({0, 0, 2, 1}, {1, 0, 3, 1}) == Approx(1.0 / 3.0).epsilon(1e-6));  // 1 / (2 + 2 - 1)
+  CHECK(iou({0, 0, 4, 4}, {1, 1, 3, 3}) == 0.25f);                            // contained: 4/16
+  CHECK(iou({0, 0, 4, 1}, {0, 0, 2, 1}) == 0.5f);
+  CHECK(iou({0, 0, 1, 1}, {1, 0, 2, 1}) == 0.0f);  // touching edges: continuous, no "+1"
+  CHECK(iou({0, 0, 1, 1}, {5, 5, 6, 6}) == 0.0f);  // disjoint
+  CHECK(iou({0, 0, 1, 1}, {2, 0, 3, 1}) == 0.0f);  // disjoint in x only: width clamps at 0
+  CHECK(iou({1, 1, 1, 1}, {1, 1, 1, 1}) == 0.0f);  // degenerate: union 0 gives 0, not NaN
+  CHECK(iou({0, 0, 0, 5}, {0, 0, 2, 5}) == 0.0f);  // zero-width box inside another
+  // "+1" pixel convention would give (2*2) / (3*3 + 3*3 - 4) = 4/14 here; continuous gives 1/7.
+  CHECK(iou({0, 0, 2, 2}, {1, 1, 3, 3}) == Approx(1.0 / 7.0).epsilon(1e-6));
+}
+
+TEST_CASE("iou: symmetric, and equal to a double-precision IoU on random boxes", "[ex1]") {
+  const std::vector<Detection> boxes = random_detections(400, 1, 640, 4, 0, 11);
+  for (std::size_t i = 0; i + 1 < boxes.size(); i += 2) {
+    const Box& a = boxes[i].box;
+    const Box& b = boxes[i + 1].box;
+    const float ab = iou(a, b);
+    CHECK(ab == iou(b, a));
+    // float result of exact area arithmetic (quarter-pixel grid): one rounding, ~6e-8 relative
+    CHECK(ab == Approx(iou_double(a, b)).epsilon(1e-6).margin(1e-7));
+  }
+}
+
+// ============================================================================ exercise 2
+
+TEST_CASE("decode_candidate: a YOLOv5 row", "[ex2]") {
+  HandTensor t(Layout::yolov5, 3, 3);
+  t.set(0, 320, 320, 100, 50, 0.8f, {0.1f, 0.9f, 0.2f});
+  t.set(1, 100, 100, 10, 10, 0.1f, {0.0f, 0.0f, 1.0f});  // objectness under the threshold
+  t.set(2, 600, 20, 100, 100, 0.9f, {0.5f, 0.5f, 0.3f});  // tie: the lower class wins
+  const Letterbox lb = make_letterbox(1280, 720, 640, 640);
+  Detection d{};
+  REQUIRE(decode_candidate(t.data.data(), t.spec, 0, 0.25f, lb, &d));
+  CHECK(d.class_id == 1);
+  CHECK(d.score == 0.8f * 0.9f);
+  CHECK(d.index == 0);
+  CHECK(d.box.x1 == 540.0f);  // (270 - 0) / 0.5
+  CHECK(d.box.y1 == 310.0f);  // (295 - 140) / 0.5
+  CHECK(d.box.x2 == 740.0f);
+  CHECK(d.box.y2 == 410.0f);
+  CHECK_FALSE(decode_candidate(t.data.data(), t.spec, 1, 0.25f, lb, &d));
+  REQUIRE(decode_candidate(t.data.data(), t.spec, 2, 0.25f, lb, &d));
+  CHECK(d.class_id == 0);
+  CHECK(d.index == 2);
+  CHECK(d.box.x2 == 1280.0f);  // 650 in the input: past the right edge, clamped
+  CHECK(d.box.y1 == 0.0f);     // -30 in the input: in the padding, clamped
+}
+
+TEST_CASE("decode_candidate: a YOLOv8 column", "[ex2]") {
+  HandTensor t(Layout::yolov8, 4, 2);
+  t.set(0, 10, 10, 4, 4, 0, {0.1f, 0.2f});
+  t.set(2, 320, 330, 40, 20, 0, {0.7f, 0.3f});
+  t.set(3, 5, 5, 2, 2, 0, {0.2f, 0.95f});
+  const Letterbox lb = identity_letterbox();
+  Detection d{};
+  CHECK_FALSE(decode_candidate(t.data.data(), t.spec, 0, 0.25f, lb, &d));
+  REQUIRE(decode_candidate(t.data.data(), t.spec, 2, 0.25f, lb, &d));
+  CHECK(d.class_id == 0);
+  CHECK(d.score == 0.7f);
+  CHECK(d.index == 2);
+  CHECK(d.box.x1 == 300.0f);
+  CHECK(d.box.y1 == 320.0f);
+  CHECK(d.box.x2 == 340.0f);
+  CHECK(d.box.y2 == 340.0f);
+  REQUIRE(decode_candidate(t.data.data(), t.spec, 3, 0.25f, lb, &d));
+  CHECK(d.class_id == 1);
+  CHECK(d.score == 0.95f);
+}
+
+TEST_CASE("decode_candidate: a high class score with a combined score under the threshold is rejected",
+          "[ex2]") {
+  HandTensor t(Layout::yolov5, 2, 2);
+  t.set(0, 100, 100, 10, 10, 0.3f, {0.99f, 0.0f});  // 0.297 > 0.25: kept
+  t.set(1, 100, 100, 10, 10, 0.3f, {0.0f, 0.8f});   // 0.24 < 0.25: rejected, although 0.8 > 0.25
+  Detection d{};
+  CHECK(decode_candidate(t.data.data(), t.spec, 0, 0.25f, identity_letterbox(), &d));
+  CHECK_FALSE(decode_candidate(t.data.data(), t.spec, 1, 0.25f, identity_letterbox(), &d));
+}
+
+TEST_CASE("decode_candidate: the threshold is strict", "[ex2]") {
+  HandTensor t(Layout::yolov8, 1, 1);
+  t.set(0, 100, 100, 10, 10, 0, {0.5f});
+  Detection d{};
+  CHECK_FALSE(decode_candidate(t.data.data(), t.spec, 0, 0.5f, identity_letterbox(), &d));
+  CHECK(decode_candidate(t.data.data(), t.spec, 0, std::nextafter(0.5f, 0.0f), identity_letterbox(), &d));
+}
+
+// ============================================================================ exercise 3
+
+TEST_CASE("nms_mask_word: bits agree with a double-precision IoU on tile pairs", "[ex3]") {
+  std::vector<Detection> boxes = random_detections(150, 3, 200, 6, 0, 21);  // dense: many overlaps
+  sort_for_nms(boxes);
+  const int n = static_cast<int>(boxes.size());
+  const float threshold = GENERATE(0.25f, 0.5f);
+  const bool agnostic = GENERATE(false, true);
+  int set_bits = 0;
+  for (int row = 0; row < n; ++row) {
+    for (int col_start = 0; col_start < n; col_start += 64) {  // the last tile holds 22 boxes
+      const int col_count = std::min(64, n - col_start);
+      const std::uint64_t word = nms_mask_word(boxes[static_cast<std::size_t>(row)], row,
+                                               &boxes[static_cast<std::size_t>(col_start)],
+                                               col_start, col_count, threshold, agnostic);
+      for (int k = 0; k < 64; ++k) {
+        const int col = col_start + k;
+        bool expected = false;
+        if (k < col_count && col > row) {
+          const Detection& a = boxes[static_cast<std::size_t>(row)];
+          const Detection& b = boxes[static_cast<std::size_t>(col)];
+          expected = (agnostic || a.class_id == b.class_id) && iou_double(a.box, b.box) > threshold;
+        }
+        const bool bit = ((word >> k) & 1u) != 0;
+        if (bit != expected) {
+          INFO("row " << row << ", column " << col << ", threshold " << threshold);
+          REQUIRE(bit == expected);
+        }
+        set_bits += bit ? 1 : 0;
+      }
+    }
+  }
+  CHECK(set_bits > 100);  // the data really overlaps: the test is not vacuous
+}
+
+TEST_CASE("nms_mask_word: class-aware, only later boxes, strictly above the threshold", "[ex3]") {
+  const std::vector<Detection> cols = {
+      make_box(0, 0, 10, 10, 0.9f, 0, 0),  // the row box itself (column 0 == row 0): never
+      make_box(0, 0, 10, 10, 0.8f, 0, 1),  // same class, identical: suppressed
+      make_box(0, 0, 10, 10, 0.7f, 1, 2),  // other class: only when class-agnostic
+      make_box(0, 0, 20, 10, 0.6f, 0, 3),  // IoU exactly 0.5: not above 0.5
+  };
+  const std::uint64_t aware = nms_mask_word(cols[0], 0, cols.data(), 0, 4, 0.5f, false);
+  const std::uint64_t agnostic = nms_mask_word(cols[0], 0, cols.data(), 0, 4, 0.5f, true);
+  CHECK(aware == 0x2u);
+  CHECK(agnostic == 0x6u);
+  CHECK(nms_mask_word(cols[0], 0, cols.data(), 0, 4, 0.49f, false) == 0xAu);
+  // The same columns seen from a later row: nothing at or before it.
+  CHECK(nms_mask_word(cols[0], 2, cols.data(), 0, 4, 0.1f, true) == 0x8u);
+}
+
+// ================================================================== CPU reference of NMS
+
+TEST_CASE("nms_cpu equals cv::dnn::NMSBoxes run per class", "[nms]") {
+  const float threshold = GENERATE(0.25f, 0.375f, 0.5f);
+  const int score_levels = GENERATE(0, 5);  // 5: many tied scores
+  const bool agnostic = GENERATE(false, true);
+  const std::vector<Detection> boxes = random_detections(700, 4, 320, 12, score_levels, 31);
+  const std::vector<Detection> expected = opencv_nms(boxes, threshold, agnostic);
+  const std::vector<Detection> got = nms_cpu(boxes, threshold, agnostic);
+  INFO("threshold " << threshold << ", score levels " << score_levels << ", agnostic " << agnostic);
+  CHECK(got.size() < boxes.size());  // something was suppressed
+  require_same(got, expected);
+}
+
+TEST_CASE("nms_cpu: edge cases", "[nms]") {
+  SECTION("empty input, one box") {
+    CHECK(nms_cpu({}, 0.5f, false).empty());
+    const std::vector<Detection> one = {make_box(1, 2, 3, 4, 0.5f, 7, 0)};
+    require_same(nms_cpu(one, 0.5f, false), one);
+  }
+  SECTION("all boxes identical: one per class survives, the lowest index among the best score") {
+    std::vector<Detection> boxes;
+    for (int i = 0; i < 50; ++i) boxes.push_back(make_box(10, 10, 50, 50, i % 3 == 0 ? 0.9f : 0.5f, i % 2, i));
+    const std::vector<Detection> kept = nms_cpu(boxes, 0.5f, false);
+    REQUIRE(kept.size() == 2);
+    CHECK(kept[0].index == 0);  // class 0, score 0.9
+    CHECK(kept[1].index == 3);  // class 1, score 0.9
+    require_same(kept, opencv_nms(boxes, 0.5f, false));
+    CHECK(nms_cpu(boxes, 0.5f, true).size() == 1);
+  }
+  SECTION("IoU exactly at the threshold is not suppressed") {
+    const std::vector<Detection> boxes = {make_box(0, 0, 4, 1, 0.9f, 0, 0), make_box(0, 0, 2, 1, 0.8f, 0, 1)};
+    CHECK(nms_cpu(boxes, 0.5f, false).size() == 2);
+    CHECK(nms_cpu(boxes, 0.49f, false).size() == 1);
+  }
+  SECTION("class-aware versus class-agnostic on overlapping boxes of different classes") {
+    const std::vector<Detection> boxes = {make_box(0, 0, 10, 10, 0.9f, 0, 0),
+                                          make_box(1, 1, 11, 11, 0.8f, 1, 1),
+                                          make_box(1, 0, 11, 10, 0.7f, 0, 2)};
+    const std::vector<Detection> aware = nms_cpu(boxes, 0.45f, false);
+    REQUIRE(aware.size() == 2);  // box 2 goes (same class as 0); box 1 stays (other class)
+    CHECK(aware[0].index == 0);
+    CHECK(aware[1].index == 1);
+    const std::vector<Detection> agnostic = nms_cpu(boxes, 0.45f, true);
+    REQUIRE(agnostic.size() == 1);
+    CHECK(agnostic[0].index == 0);
+  }
+  SECTION("the result does not depend on the input order") {
+    std::vector<Detection> boxes = random_detections(300, 3, 200, 10, 4, 41);
+    const std::vector<Detection> expected = nms_cpu(boxes, 0.5f, false);
+    std::reverse(boxes.begin(), boxes.end());
+    require_same(nms_cpu(boxes, 0.5f, false), expected);
+    std::rotate(boxes.begin(), boxes.begin() + 77, boxes.end());
+    require_same(nms_cpu(boxes, 0.5f, false), expected);
+  }
+}
+
+TEST_CASE("Fast NMS keeps a subset of greedy NMS, and differs on a chain", "[nms]") {
+  // A > B > C; IoU(A,B) = IoU(B,C) = 0.6 > 0.5, IoU(A,C) = 0.25. Greedy: A suppresses B, and C
+  // survives because B is gone. Fast NMS: B still suppresses C.
+  const std::vector<Detection> chain = {make_box(0, 0, 8, 1, 0.9f, 0, 0), make_box(2, 0, 10, 1, 0.8f, 0, 1),
+                                        make_box(4, 0, 12, 1, 0.7f, 0, 2)};
+  REQUIRE(iou(chain[0].box, chain[1].box) == 0.6f);
+  REQUIRE(iou(chain[0].box, chain[2].box) == Approx(4.0 / 12.0).epsilon(1e-6));
+  const std::vector<Detection> greedy = nms_cpu(chain, 0.5f, false);
+  const std::vector<Detection> fast = fast_nms_cpu(chain, 0.5f, false);
+  REQUIRE(greedy.size() == 2);
+  CHECK(greedy[1].index == 2);
+  REQUIRE(fast.size() == 1);
+  CHECK(fast[0].index == 0);
+
+  const std::vector<Detection> boxes = random_detections(800, 3, 256, 15, 0, 51);
+  const std::vector<Detection> g = nms_cpu(boxes, 0.5f, false);
+  const std::vector<Detection> f = fast_nms_cpu(boxes, 0.5f, false);
+  CHECK(f.size() < g.size());  // on clustered data the two really differ
+  for (const Detection& d : f) {
+    CHECK(std::any_of(g.begin(), g.end(), [&](const Detection& k) { return k.index == d.index; }));
+  }
+}
+
+TEST_CASE("sort_key orders by score descending, then index ascending", "[nms]") {
+  CHECK(sort_key(0.9f, 5) > sort_key(0.8f, 0));
+  CHECK(sort_key(0.5f, 1) > sort_key(0.5f, 2));
+  CHECK(sort_key(-0.1f, 0) < sort_key(0.0f, 0));
+  CHECK(sort_key(-0.1f, 0) > sort_key(-0.2f, 0));
+  CHECK(sort_key(-0.0f, 3) == sort_key(0.0f, 3));  // -0 and +0 are the same score
+  CHECK(sort_key(std::numeric_limits<float>::infinity(), 9) > sort_key(1e30f, 0));
+}
+
+// ==================================================================== CPU decode + pipeline
+
+TEST_CASE("Both layouts decode the same objects to the same boxes (CPU)", "[decode]") {
+  const Frame v5 = make_frame(Layout::yolov5, 999, 7, 6, 9, 3);
+  const Frame v8 = make_frame(Layout::yolov8, 999, 7, 6, 9, 3);
+  const DecodeResult a = decode_cpu(v5.tensor.data(), v5.tensor.size(), v5.spec, v5.letterbox, 0.25f, 4096);
+  const DecodeResult b = decode_cpu(v8.tensor.data(), v8.tensor.size(), v8.spec, v8.letterbox, 0.25f, 4096);
+  CHECK(a.num_above_threshold >= 6);
+  CHECK(a.num_above_threshold <= 6 * 9);
+  CHECK(a.num_above_threshold == b.num_above_threshold);
+  require_same(a.candidates, b.candidates);
+}
+
+TEST_CASE("decode_cpu: overflow reports the drop count and keeps the best", "[decode]") {
+  // 300 candidates, all above the threshold, 5 distinct scores: many ties at the cut.
+  HandTensor t(Layout::yolov8, 300, 2);
+  for (int i = 0; i < 300; ++i) {
+    const float s = 0.3f + 0.1f * static_cast<float>((i * 7) % 5);
+    t.set(i, 10.0f + i, 20, 8, 8, 0, {s, 0.1f});
+  }
+  const DecodeResult all = decode_cpu(t.data.data(), t.data.size(), t.spec, identity_letterbox(), 0.25f, 4096);
+  REQUIRE(all.num_above_threshold == 300);
+  REQUIRE(all.num_dropped == 0);
+  const DecodeResult capped = decode_cpu(t.data.data(), t.data.size(), t.spec, identity_letterbox(), 0.25f, 100);
+  CHECK(capped.num_above_threshold == 300);
+  CHECK(capped.num_dropped == 200);
+  require_same(capped.candidates, std::vector<Detection>(all.candidates.begin(), all.candidates.begin() + 100));
+  // The cut falls inside a run of equal scores: lower indices won it.
+  CHECK(capped.candidates.back().score == all.candidates[100].score);
+  CHECK(capped.candidates.back().index < all.candidates[100].index);
+}
+
+TEST_CASE("postprocess_cpu recovers the generator's ground truth", "[decode]") {
+  const Layout layout = GENERATE(Layout::yolov5, Layout::yolov8);
+  const Frame f = make_frame(layout, 2000, 10, 15, 12, 5);
+  const PostprocessResult r = run_cpu(f, PostprocessConfig{});
+  CHECK(r.detections.size() == f.objects.size());
+  CHECK(count_recovered(f.objects, r.detections, 0.01f) == static_cast<int>(f.objects.size()));
+}
+
+TEST_CASE("The generator is deterministic and fills the whole tensor", "[generator]") {
+  const Frame a = make_frame(Layout::yolov5, 500, 5, 4, 6, 9);
+  const Frame b = make_frame(Layout::yolov5, 500, 5, 4, 6, 9);
+  const Frame c = make_frame(Layout::yolov5, 500, 5, 4, 6, 10);
+  CHECK(a.tensor == b.tensor);
+  CHECK(a.tensor != c.tensor);
+  CHECK(a.tensor.size() == 500u * 10u);
+  // Every candidate has a box (w, h > 0) and objectness in [0, 1].
+  for (int i = 0; i < 500; ++i) {
+    const float* row = a.tensor.data() + i * 10;
+    CHECK(row[2] > 0.0f);
+    CHECK(row[3] > 0.0f);
+    CHECK(row[4] >= 0.0f);
+    CHECK(row[4] <= 1.0f);
+  }
+  GeneratorConfig too_many;
+  too_many.candidates_per_object = 200;
+  CHECK_THROWS_WITH(make_detector_output(a.spec, a.letterbox, a.objects, too_many), Contains("need N >="));
+}
+
+// ============================================================================ bad input
+
+TEST_CASE("Bad input is rejected with a clear error, before any GPU work", "[args]") {
+  const OutputSpec spec{Layout::yolov5, 100, 3};
+  const Letterbox lb = identity_letterbox();
+  PostprocessConfig c;
+  SECTION("thresholds") {
+    c.conf_threshold = -0.1f;
+    CHECK_THROWS_WITH(validate(c), Contains("conf_threshold must be in [0, 1]"));
+    CHECK_THROWS_AS(GpuPostprocessor(spec, lb, c), std::invalid_argument);
+    c.conf_threshold = 1.5f;
+    CHECK_THROWS_WITH(validate(c), Contains("conf_threshold must be in [0, 1], got 1.5"));
+    c.conf_threshold = std::numeric_limits<float>::quiet_NaN();
+    CHECK_THROWS_AS(validate(c), std::invalid_argument);
+    c = PostprocessConfig{};
+    c.iou_threshold = 1.01f;
+    CHECK_THROWS_WITH(GpuPostprocessor(spec, lb, c), Contains("iou_threshold must be in [0, 1]"));
+    CHECK_THROWS_WITH(nms_cpu({}, -1.0f, false), Contains("iou_threshold"));
+    CHECK_THROWS_WITH(nms_gpu({}, 2.0f, false, NmsVersion::v2_bitmask_greedy), Contains("iou_threshold"));
+  }
+  SECTION("capacities") {
+    c.max_candidates = 0;
+    CHECK_THROWS_WITH(validate(c), Contains("max_candidates must be in [1, 65536]"));
+    c = PostprocessConfig{};
+    c.max_detections = 0;
+    CHECK_THROWS_WITH(GpuPostprocessor(spec, lb, c), Contains("max_detections"));
+    CHECK_THROWS_WITH(GpuNms(0, NmsVersion::v2_bitmask_greedy), Contains("capacity must be in [1, 65536]"));
+  }
+  SECTION("tensor shape and size") {
+    CHECK_THROWS_WITH(validate(OutputSpec{Layout::yolov8, 100, 0}), Contains("num_classes >= 1"));
+    CHECK_THROWS_WITH(validate(OutputSpec{Layout::yolov8, -1, 80}), Contains("num_candidates >= 0"));
+    CHECK_THROWS_WITH(validate(OutputSpec{Layout::yolov5, 1 << 30, 80}), Contains("2^31"));
+    const std::vector<float> wrong(100 * 8 - 1);  // one float short of 100 x (5 + 3)
+    CHECK_THROWS_WITH(decode_cpu(wrong.data(), wrong.size(), spec, lb, 0.25f, 10),
+                      Contains("expected 800 floats"));
+  }
+  SECTION("NMS input") {
+    const std::vector<Detection> repeated = {make_box(0, 0, 1, 1, 0.5f, 0, 3), make_box(0, 0, 1, 1, 0.6f, 0, 3)};
+    CHECK_THROWS_WITH(nms_gpu(repeated, 0.5f, false, NmsVersion::v2_bitmask_greedy), Contains("unique"));
+    const std::vector<Detection> nan = {make_box(0, 0, 1, 1, std::nanf(""), 0, 0)};
+    CHECK_THROWS_WITH(nms_gpu(nan, 0.5f, false, NmsVersion::v2_bitmask_greedy), Contains("NaN"));
+  }
+}
+
+TEST_CASE("topk_rows rejects bad shapes before touching the GPU", "[ex4]") {
+  CHECK_THROWS_AS(topk_rows(nullptr, 1, 10, 0, nullptr, nullptr, nullptr), std::invalid_argument);
+  CHECK_THROWS_WITH(topk_rows(nullptr, 1, 10, 11, nullptr, nullptr, nullptr), Contains("k <= min(cols"));
+  CHECK_THROWS_AS(topk_rows(nullptr, 1, 100, kMaxTopK + 1, nullptr, nullptr, nullptr), std::invalid_argument);
+  CHECK_THROWS_AS(topk_rows(nullptr, -1, 10, 1, nullptr, nullptr, nullptr), std::invalid_argument);
+  CHECK_THROWS_AS(topk_rows(nullptr, 1, 0, 1, nullptr, nullptr, nullptr), std::invalid_argument);
+  CHECK_NOTHROW(topk_rows(nullptr, 0, 10, 3, nullptr, nullptr, nullptr));  // no rows: nothing to do
+}
+
+TEST_CASE("softmax_rows rejects bad shapes", "[args]") {
+  CHECK_THROWS_WITH(softmax_rows(nullptr, nullptr, 1, 0, nullptr), Contains("cols >= 1"));
+  CHECK_THROWS_AS(softmax_rows(nullptr, nullptr, -2, 5, nullptr), std::invalid_argument);
+  CHECK_NOTHROW(softmax_rows(nullptr, nullptr, 0, 5, nullptr));
+}
+
+// ================================================================================ GPU
+
+TEST_CASE("GPU postprocess equals the CPU reference", "[gpu][ex2]") {
+  const Layout layout = GENERATE(Layout::yolov5, Layout::yolov8);
+  const NmsVersion version = GENERATE(NmsVersion::v2_bitmask_greedy, NmsVersion::v1_fast_parallel);
+  const bool agnostic = GENERATE(false, true);
+  // N not a multiple of the block size; objects of 3 classes, so some overlap across classes.
+  const Frame f = make_frame(layout, 1999, 3, 20, 15, 13);
+  PostprocessConfig c;
+  c.nms = version;
+  c.class_agnostic = agnostic;
+  INFO(to_string(layout) << ", " << to_string(version) << ", agnostic " << agnostic);
+  const PostprocessResult cpu = run_cpu(f, c);
+  const PostprocessResult gpu = run_gpu(f, c);
+  REQUIRE(cpu.num_above_threshold >= 20);  // every object's exact box passes: not vacuous
+  CHECK(gpu.num_above_threshold == cpu.num_above_threshold);
+  CHECK(gpu.num_dropped == 0);
+  require_same(gpu.detections, cpu.detections);
+}
+
+TEST_CASE("GPU: both layouts decode the same objects to the same boxes", "[gpu][ex2]") {
+  const Frame v5 = make_frame(Layout::yolov5, 1500, 6, 10, 10, 17);
+  const Frame v8 = make_frame(Layout::yolov8, 1500, 6, 10, 10, 17);
+  PostprocessConfig c;
+  c.iou_threshold = 1.0f;  // IoU > 1 never happens: NMS keeps everything, we see every candidate
+  const PostprocessResult a = run_gpu(v5, c);
+  const PostprocessResult b = run_gpu(v8, c);
+  CHECK(a.num_above_threshold > 10);
+  CHECK(a.num_above_threshold == b.num_above_threshold);
+  require_same(a.detections, b.detections);
+}
+
+TEST_CASE("GPU: capacity overflow reports the drop count and keeps the best-scoring ones",
+          "[gpu][ex2]") {
+  // 5000 candidates above the threshold, 7 distinct scores: the cut falls among ties.
+  HandTensor t(Layout::yolov8, 5003, 2);
+  for (int i = 0; i < 5003; ++i) {
+    const float s = i == 5002 ? 0.1f : 0.3f + 0.1f * static_cast<float>((i * 11) % 7);
+    t.set(i, static_cast<float>(i % 600) + 20.0f, 20.0f + static_cast<float>(i / 600) * 30.0f, 8, 8, 0, {s, 0.05f});
+  }
+  Frame f;
+  f.spec = t.spec;
+  f.letterbox = identity_letterbox();
+  f.tensor = t.data;
+  PostprocessConfig c;
+  c.iou_threshold = 1.0f;  // nothing suppressed: the result is the candidate buffer, sorted
+  c.max_candidates = GENERATE(1, 257, 1000, 4999, 5002);
+  c.max_detections = c.max_candidates;
+  INFO("max_candidates " << c.max_candidates);
+  const PostprocessResult cpu = run_cpu(f, c);
+  REQUIRE(cpu.num_above_threshold == 5002);
+  const course::DeviceBuffer<float> d_output = course::to_device(f.tensor);
+  GpuPostprocessor post(f.spec, f.letterbox, c);
+  course::Stream stream;
+  for (int run = 0; run < 3; ++run) {  // the same every time, whatever order the warps ran in
+    const PostprocessResult gpu = post.run(d_output.data(), f.tensor.size(), stream);
+    CHECK(gpu.num_above_threshold == 5002);
+    CHECK(gpu.num_dropped == 5002 - c.max_candidates);
+    require_same(gpu.detections, cpu.detections);
+  }
+}
+
+TEST_CASE("GPU NMS equals the CPU reference on random sets", "[gpu][ex3]") {
+  const int n = GENERATE(1, 2, 63, 64, 65, 129, 1000, 2500);
+  const int score_levels = GENERATE(0, 4);
+  const bool agnostic = GENERATE(false, true);
+  const std::vector<Detection> boxes = random_detections(n, 5, 640, 9, score_levels, 61 + n);
+  INFO("n " << n << ", score levels " << score_levels << ", agnostic " << agnostic);
+  const std::vector<Detection> greedy = nms_cpu(boxes, 0.5f, agnostic);
+  if (n >= 63) CHECK(greedy.size() < boxes.size());  // clusters of 9 overlap: not vacuous
+  require_same(nms_gpu(boxes, 0.5f, agnostic, NmsVersion::v2_bitmask_greedy), greedy);
+  require_same(nms_gpu(boxes, 0.5f, agnostic, NmsVersion::v1_fast_parallel), fast_nms_cpu(boxes, 0.5f, agnostic));
+}
+
+TEST_CASE("GPU NMS: empty input, identical boxes, classes, and input order", "[gpu][ex3]") {
+  const NmsVersion version = GENERATE(NmsVersion::v2_bitmask_greedy, NmsVersion::v1_fast_parallel);
+  SECTION("empty") { CHECK(nms_gpu({}, 0.5f, false, version).empty()); }
+  SECTION("all boxes identical, tied scores") {
+    std::vector<Detection> boxes;
+    for (int i = 0; i < 700; ++i) boxes.push_back(make_box(10, 10, 50, 50, 0.5f, i % 3, i));
+    const std::vector<Detection> kept = nms_gpu(boxes, 0.5f, false, version);
+    REQUIRE(kept.size() == 3);
+    CHECK(kept[0].index == 0);
+    CHECK(kept[1].index == 1);
+    CHECK(kept[2].index == 2);
+    const std::vector<Detection> one = nms_gpu(boxes, 0.5f, true, version);
+    REQUIRE(one.size() == 1);
+    CHECK(one[0].index == 0);
+  }
+  SECTION("class-aware versus class-agnostic on overlapping boxes of different classes") {
+    const std::vector<Detection> boxes = {make_box(0, 0, 10, 10, 0.9f, 0, 0),
+                                          make_box(1, 1, 11, 11, 0.8f, 1, 1),
+                                          make_box(1, 0, 11, 10, 0.7f, 0, 2)};
+    const std::vector<Detection> aware = nms_gpu(boxes, 0.45f, false, version);
+    REQUIRE(aware.size() == 2);
+    CHECK(aware[0].index == 0);
+    CHECK(aware[1].index == 1);
+    const std::vector<Detection> agnostic = nms_gpu(boxes, 0.45f, true, version);
+    REQUIRE(agnostic.size() == 1);
+    CHECK(agnostic[0].index == 0);
+  }
+  SECTION("the result does not depend on the input order") {
+    std::vector<Detection> boxes = random_detections(1500, 4, 640, 12, 3, 71);
+    const std::vector<Detection> expected = nms_gpu(boxes, 0.5f, false, version);
+    std::reverse(boxes.begin(), boxes.end());
+    require_same(nms_gpu(boxes, 0.5f, false, version), expected);
+    Rng rng(5);
+    for (std::size_t i = boxes.size() - 1; i > 0; --i) std::swap(boxes[i], boxes[static_cast<std::size_t>(rng.below(static_cast<int>(i) + 1))]);
+    require_same(nms_gpu(boxes, 0.5f, false, version), expected);
+  }
+}
+
+TEST_CASE("GPU: empty input gives empty output", "[gpu]") {
+  PostprocessConfig c;
+  SECTION("a tensor with no candidates at all") {
+    Frame f;
+    f.spec = {Layout::yolov8, 0, 80};
+    f.letterbox = identity_letterbox();
+    const PostprocessResult r = run_gpu(f, c);
+    CHECK(r.detections.empty());
+    CHECK(r.num_above_threshold == 0);
+  }
+  SECTION("nothing above the threshold") {
+    Frame f = make_frame(Layout::yolov5, 777, 4, 0, 1, 3);  // background only: scores <= 0.2
+    const PostprocessResult r = run_gpu(f, c);
+    CHECK(r.detections.empty());
+    CHECK(r.num_above_threshold == 0);
+    CHECK(r.num_dropped == 0);
+  }
+}
+
+TEST_CASE("GPU: the ground truth comes back from full-size outputs", "[gpu]") {
+  const Layout layout = GENERATE(Layout::yolov5, Layout::yolov8);
+  const int n = layout == Layout::yolov5 ? 25200 : 8400;  // a 640x640 input
+  const Frame f = make_frame(layout, n, 80, 40, 25, 23);
+  const PostprocessResult r = run_gpu(f, PostprocessConfig{});
+  INFO(to_string(layout));
+  CHECK(r.num_above_threshold > 500);
+  CHECK(r.num_dropped == 0);
+  CHECK(r.detections.size() == f.objects.size());
+  CHECK(count_recovered(f.objects, r.detections, 0.01f) == static_cast<int>(f.objects.size()));
+  require_same(r.detections, run_cpu(f, PostprocessConfig{}).detections);
+}
+
+TEST_CASE("GPU: a CUDA graph replays the postprocess and follows new data in the same buffer", "[gpu]") {
+  const Frame a = make_frame(Layout::yolov8, 8400, 80, 10, 20, 81);
+  const Frame b = make_frame(Layout::yolov8, 8400, 80, 25, 20, 82);
+  course::DeviceBuffer<float> d_output = course::to_device(a.tensor);
+  GpuPostprocessor post(a.spec, a.letterbox, PostprocessConfig{});
+  course::Stream stream;
+  post.capture_graph(d_output.data(), a.tensor.size(), stream);
+  post.launch_graph(stream);
+  stream.synchronize();
+  require_same(post.result().detections, run_cpu(a, PostprocessConfig{}).detections);
+  CUDA_CHECK(cudaMemcpy(d_output.data(), b.tensor.data(), d_output.bytes(), cudaMemcpyHostToDevice));
+  post.launch_graph(stream);
+  stream.synchronize();
+  const PostprocessResult r = post.result();
+  CHECK(r.detections.size() == 25);
+  require_same(r.detections, run_cpu(b, PostprocessConfig{}).detections);
+}
+
+TEST_CASE("GPU: a tensor of the wrong size is rejected", "[gpu]") {
+  const OutputSpec spec{Layout::yolov5, 100, 3};
+  GpuPostprocessor post(spec, identity_letterbox(), PostprocessConfig{});
+  const course::DeviceBuffer<float> d(800);
+  course::Stream stream;
+  CHECK_THROWS_WITH(post.enqueue(d.data(), 799, stream), Contains("expected 800 floats"));
+  CHECK_THROWS_WITH(post.enqueue(nullptr, 800, stream), Contains("null"));
+  CHECK_THROWS_AS(post.launch_graph(stream), std::logic_error);
+}
+
+// ===================================================================== classification head
+
+TEST_CASE("softmax_rows matches a double-precision softmax", "[gpu]") {
+  const int rows = GENERATE(1, 3);
+  const int cols = GENERATE(1, 7, 1000, 1025);
+  const float scale = GENERATE(1.0f, 80.0f);  // 80: exp(x) alone would overflow float
+  const std::vector<float> logits = random_logits(rows, cols, scale, 91);
+  const course::DeviceBuffer<float> d_logits = course::to_device(logits);
+  course::DeviceBuffer<float> d_probs(logits.size());
+  softmax_rows(d_logits.data(), d_probs.data(), rows, cols, nullptr);
+  const std::vector<float> probs = course::to_host(d_probs);
+  for (int r = 0; r < rows; ++r) {
+    const float* x = &logits[static_cast<std::size_t>(r) * cols];
+    const double m = *std::max_element(x, x + cols);
+    double sum = 0.0;
+    for (int j = 0; j < cols; ++j) sum += std::exp(double(x[j]) - m);
+    double total = 0.0;
+    for (int j = 0; j < cols; ++j) {
+      const double expected = std::exp(double(x[j]) - m) / sum;
+      const double got = probs[static_cast<std::size_t>(r) * cols + j];
+      // expf: 2 ulp; the float sum of <= 1025 terms: <= log2(1025) roundings of 2^-24 each.
+      if (std::abs(got - expected) > 2e-6 * expected + 1e-30) {
+        INFO("row " << r << " col " << j << ": " << got << " vs " << expected);
+        REQUIRE(std::abs(got - expected) <= 2e-6 * expected + 1e-30);
+      }
+      total += got;
+    }
+    CHECK(total == Approx(1.0).epsilon(1e-5));
+  }
+}
+
+TEST_CASE("topk_rows matches std::partial_sort, ties to the lower index", "[gpu][ex4]") {
+  const int rows = GENERATE(1, 5);
+  const int cols = GENERATE(1, 10, 1000, 1031);
+  const int k = std::min(cols, GENERATE(1, 5, 64));
+  std::vector<float> values = random_logits(rows, cols, 1.0f, 97);
+  for (std::size_t i = 0; i < values.size(); i += 3) values[i] = 0.5f;  // many exact ties
+  const course::DeviceBuffer<float> d_values = course::to_device(values);
+  course::DeviceBuffer<float> d_top(static_cast<std::size_t>(rows) * k);
+  course::DeviceBuffer<int> d_idx(static_cast<std::size_t>(rows) * k);
+  topk_rows(d_values.data(), rows, cols, k, d_top.data(), d_idx.data(), nullptr);
+  const std::vector<float> top = course::to_host(d_top);
+  const std::vector<int> idx = course::to_host(d_idx);
+  for (int r = 0; r < rows; ++r) {
+    std::vector<int> order(static_cast<std::size_t>(cols));
+    std::iota(order.begin(), order.end(), 0);
+    const float* v = &values[static_cast<std::size_t>(r) * cols];
+    std::partial_sort(order.begin(), order.begin() + k, order.end(),
+                      [&](int a, int b) { return v[a] > v[b] || (v[a] == v[b] && a < b); });
+    for (int j = 0; j < k; ++j) {
+      INFO("row " << r << ", rank " << j);
+      REQUIRE(idx[static_cast<std::size_t>(r) * k + j] == order[static_cast<std::size_t>(j)]);
+      REQUIRE(top[static_cast<std::size_t>(r) * k + j] == v[order[static_cast<std::size_t>(j)]]);
+    }
+  }
+}
+
+TEST_CASE("softmax then top-k: the classification head", "[gpu][ex4]") {
+  // Class 42 has the largest logit: it must come first with the largest probability.
+  std::vector<float> logits = random_logits(1, 1000, 2.0f, 5);
+  logits[42] = 9.0f;
+  const course::DeviceBuffer<float> d_logits = course::to_device(logits);
+  course::DeviceBuffer<float> d_probs(1000), d_top(5);
+  course::DeviceBuffer<int> d_idx(5);
+  softmax_rows(d_logits.data(), d_probs.data(), 1, 1000, nullptr);
+  topk_rows(d_probs.data(), 1, 1000, 5, d_top.data(), d_idx.data(), nullptr);
+  const std::vector<int> idx = course::to_host(d_idx);
+  const std::vector<float> top = course::to_host(d_top);
+  CHECK(idx[0] == 42);
+  CHECK(top[0] > 0.5f);
+  for (int j = 1; j < 5; ++j) CHECK(top[static_cast<std::size_t>(j)] <= top[static_cast<std::size_t>(j - 1)]);
+}
