@@ -82,24 +82,6 @@ void validate_normalize(const Normalize& norm, const char* who) {
   }
 }
 
-// ------------------------------------------------------------------------ geometry
-
-Letterbox make_letterbox(int src_w, int src_h, int dst_w, int dst_h) {
-  check_size(src_w, src_h, "source", "make_letterbox");
-  check_size(dst_w, dst_h, "target", "make_letterbox");
-  Letterbox lb;
-  lb.src_w = src_w;
-  lb.src_h = src_h;
-  lb.dst_w = dst_w;
-  lb.dst_h = dst_h;
-  lb.scale = std::min(static_cast<double>(dst_w) / src_w, static_cast<double>(dst_h) / src_h);
-  // Exact centring, in continuous coordinates. (YOLOv5's Python letterbox() rounds the scaled
-  // size and the padding to whole pixels instead; whichever you pick, map boxes back with it.)
-  lb.pad_x = (dst_w - lb.scale * src_w) / 2.0;
-  lb.pad_y = (dst_h - lb.scale * src_h) / 2.0;
-  return lb;
-}
-
 ChannelTransform channel_transform(const Normalize& norm) {
   ChannelTransform t;
   for (int c = 0; c < 3; ++c) {

@@ -31,6 +31,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "common/letterbox.cuh"
+
 namespace lesson06 {
 
 // ------------------------------------------------------------------------------------ types
@@ -52,19 +54,12 @@ struct Affine2x3 {
   double m[6];
 };
 
-// The letterbox geometry of one frame. Continuous ("edge") coordinates: pixel i covers [i, i+1].
-struct Letterbox {
-  int src_w = 0, src_h = 0;  // source image, pixels
-  int dst_w = 0, dst_h = 0;  // network input, pixels
-  double scale = 0.0;        // s = min(dst_w / src_w, dst_h / src_h)
-  double pad_x = 0.0;        // left padding, (dst_w - s * src_w) / 2; may be fractional
-  double pad_y = 0.0;        // top padding,  (dst_h - s * src_h) / 2
-};
-
-// An axis-aligned box in continuous pixel coordinates (no "+1"): x1 <= x2, y1 <= y2.
-struct Box {
-  float x1, y1, x2, y2;
-};
+// The letterbox geometry (Letterbox, Box, make_letterbox, letterbox_box) is shared with
+// lesson 08: common/letterbox.cuh.
+using course::Box;
+using course::letterbox_box;
+using course::Letterbox;
+using course::make_letterbox;
 
 // Network-input normalisation, per channel in RGB order: out = (v / 255 - mean) / std.
 // The default is plain 1/255 scaling.
@@ -105,13 +100,9 @@ __host__ __device__ inline void store_rgb_planar(float* dst, std::size_t plane, 
 // The padding grey of YOLO-style letterboxing.
 constexpr std::uint8_t kPadValue = 114;
 // OpenCV's coordinate limit: remap() stores source positions as 16-bit integers.
-constexpr int kMaxDimension = 32766;
+constexpr int kMaxDimension = course::kMaxImageDimension;
 
 // ----------------------------------------------------------------- geometry (host, validated)
-
-// The letterbox of a src_w x src_h frame into a dst_w x dst_h network input.
-// Throws std::invalid_argument if a size is not in [1, kMaxDimension].
-Letterbox make_letterbox(int src_w, int src_h, int dst_w, int dst_h);
 
 // ---------------------------------------------- per-pixel math (__host__ __device__, CPU-tested)
 
@@ -241,13 +232,6 @@ __host__ __device__ inline void warp_pixel_bgr(const ImageView& src, const Affin
 // This is what cv::resize does at the edges, so upscaling does not bleed grey into the image.
 __host__ __device__ void bilinear_sample_bgr_replicate(const ImageView& src, SubpixelPos p,
                                                        std::uint8_t out[3]);
-
-// A box in network-input coordinates, from one in source coordinates: u' = s u + pad.
-__host__ __device__ inline Box letterbox_box(const Box& b, const Letterbox& lb) {
-  const double s = lb.scale;
-  return {static_cast<float>(s * b.x1 + lb.pad_x), static_cast<float>(s * b.y1 + lb.pad_y),
-          static_cast<float>(s * b.x2 + lb.pad_x), static_cast<float>(s * b.y2 + lb.pad_y)};
-}
 
 // EXERCISE 3. A detection from network-input coordinates back to the source image:
 // u = (u' - pad) / s, clamped to [0, src_w] x [0, src_h] (a box can reach into the padding).

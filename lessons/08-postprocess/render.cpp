@@ -1,8 +1,9 @@
 // The lesson binary's picture: the synthetic scene with the recovered boxes drawn on it.
 // Host code; OpenCV stays out of the files nvcc compiles.
 #include <opencv2/core.hpp>
-#include <opencv2/imgcodecs.hpp>
 #include <opencv2/imgproc.hpp>
+
+#include "common/image_io.hpp"
 
 #include <algorithm>
 #include <cstdio>
@@ -55,9 +56,7 @@ void write_detections_png(const std::string& path, int width, int height,
     cv::putText(image, label, origin, cv::FONT_HERSHEY_SIMPLEX, 0.5, cv::Scalar(0, 0, 0), 1,
                 cv::LINE_AA);
   }
-  if (!cv::imwrite(path, image)) {
-    throw std::runtime_error("write_detections_png: could not write " + path);
-  }
+  course::write_png(path, image);
 }
 
 }  // namespace lesson08
