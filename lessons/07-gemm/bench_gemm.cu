@@ -107,7 +107,9 @@ void run(benchmark::State& state, const Spec& spec) {
 }
 
 Enqueue version(SgemmFn fn) {
-  return [fn](Problem& p, cudaStream_t s) { fn(p.M, p.N, p.K, 1.0f, p.A.data(), p.B.data(), 0.0f, p.C.data(), s); };
+  return [fn](Problem& p, cudaStream_t s) {
+    fn(p.M, p.N, p.K, 1.0f, p.A.data(), p.B.data(), 0.0f, p.C.data(), s);
+  };
 }
 
 Enqueue cublas_fp32() {
@@ -124,27 +126,40 @@ bool register_all() {
   for (const SgemmVersion& v : sgemm_versions()) {
     specs.push_back({all + v.name, big, big, big, version(v.run), "", {"cublas"}});
   }
-  specs.push_back({all + "v8_bk16", big, big, big,
+  specs.push_back({all + "v8_bk16",
+                   big,
+                   big,
+                   big,
                    [](Problem& p, cudaStream_t s) {
-                     sgemm_v8_tile_config(TileConfig::bk16, p.M, p.N, p.K, 1.0f, p.A.data(), p.B.data(),
-                                          0.0f, p.C.data(), s);
+                     sgemm_v8_tile_config(TileConfig::bk16, p.M, p.N, p.K, 1.0f, p.A.data(),
+                                          p.B.data(), 0.0f, p.C.data(), s);
                    },
-                   "", {"cublas"}});
+                   "",
+                   {"cublas"}});
 
   const std::string tc = "tensor_cores_" + std::to_string(big) + "/";
-  specs.push_back({tc + "cublas_tf32", big, big, big,
+  specs.push_back({tc + "cublas_tf32",
+                   big,
+                   big,
+                   big,
                    [](Problem& p, cudaStream_t s) {
                      cublas_gemm_tf32(cublas(), p.M, p.N, p.K, 1.0f, p.A.data(), p.B.data(), 0.0f,
                                       p.C.data(), s);
                    },
-                   "cublas_tf32", {"cublas"}});
-  specs.push_back({tc + "wmma_tf32", big, big, big,
+                   "cublas_tf32",
+                   {"cublas"}});
+  specs.push_back({tc + "wmma_tf32",
+                   big,
+                   big,
+                   big,
                    [](Problem& p, cudaStream_t s) {
                      // Throws std::runtime_error on a GPU or build without TF32 tensor cores:
                      // run() reports it as this benchmark's error.
-                     sgemm_wmma_tf32(p.M, p.N, p.K, 1.0f, p.A.data(), p.B.data(), 0.0f, p.C.data(), s);
+                     sgemm_wmma_tf32(p.M, p.N, p.K, 1.0f, p.A.data(), p.B.data(), 0.0f, p.C.data(),
+                                     s);
                    },
-                   "", {"cublas", "cublas_tf32"}});
+                   "",
+                   {"cublas", "cublas_tf32"}});
 
   // A fully connected layer at a deployment shape: 16384 tokens, 1024 outputs, 256 inputs. With
   // a small K the GEMM is short and the extra pass over C of the unfused version weighs more.
@@ -153,27 +168,41 @@ bool register_all() {
     const std::string e = "epilogue_" + shape_key(M, N, K) + "/";
     specs.push_back({e + "cublas_sgemm", M, N, K, cublas_fp32(), "cublas", {}});
     specs.push_back({e + "gemm_only", M, N, K, version(sgemm_v8_double_buffering), "", {"cublas"}});
-    specs.push_back({e + "fused_bias_silu", M, N, K,
+    specs.push_back({e + "fused_bias_silu",
+                     M,
+                     N,
+                     K,
                      [](Problem& p, cudaStream_t s) {
-                       sgemm_bias_act(p.M, p.N, p.K, 1.0f, p.A.data(), p.B.data(), 0.0f, p.bias.data(),
-                                      Activation::silu, p.C.data(), s);
+                       sgemm_bias_act(p.M, p.N, p.K, 1.0f, p.A.data(), p.B.data(), 0.0f,
+                                      p.bias.data(), Activation::silu, p.C.data(), s);
                      },
-                     "", {"cublas"}});
-    specs.push_back({e + "separate_bias_silu", M, N, K,
+                     "",
+                     {"cublas"}});
+    specs.push_back({e + "separate_bias_silu",
+                     M,
+                     N,
+                     K,
                      [](Problem& p, cudaStream_t s) {
                        sgemm_v8_double_buffering(p.M, p.N, p.K, 1.0f, p.A.data(), p.B.data(), 0.0f,
                                                  p.C.data(), s);
                        bias_activation(p.M, p.N, p.bias.data(), Activation::silu, p.C.data(), s);
                      },
-                     "", {"cublas"}});
+                     "",
+                     {"cublas"}});
   }
 
   // The sweep: cuBLAS first at each size, then the best version (the slow ones stay out).
   const SgemmVersion& best = sgemm_version(kBestVersion);
   for (const int n : {256, 512, 1024, 2048, 3072, 4096, 6144, 8192}) {
-    specs.push_back({"sweep/cublas_sgemm/" + std::to_string(n), n, n, n, cublas_fp32(), "cublas", {}});
-    specs.push_back({"sweep/" + std::string(best.name) + "/" + std::to_string(n), n, n, n,
-                     version(best.run), "", {"cublas"}});
+    specs.push_back(
+        {"sweep/cublas_sgemm/" + std::to_string(n), n, n, n, cublas_fp32(), "cublas", {}});
+    specs.push_back({"sweep/" + std::string(best.name) + "/" + std::to_string(n),
+                     n,
+                     n,
+                     n,
+                     version(best.run),
+                     "",
+                     {"cublas"}});
   }
 
   for (Spec& spec : specs) {

@@ -22,9 +22,12 @@ namespace lesson07 {
 
 const char* to_string(Activation act) {
   switch (act) {
-    case Activation::none: return "none";
-    case Activation::relu: return "ReLU";
-    case Activation::silu: return "SiLU";
+    case Activation::none:
+      return "none";
+    case Activation::relu:
+      return "ReLU";
+    case Activation::silu:
+      return "SiLU";
   }
   return "unknown";
 }
@@ -36,7 +39,9 @@ std::string shape_text(int M, int N, int K) {
   return "M=" + std::to_string(M) + ", N=" + std::to_string(N) + ", K=" + std::to_string(K);
 }
 
-bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
+bool aligned16(const void* p) {
+  return reinterpret_cast<std::uintptr_t>(p) % 16 == 0;
+}
 
 // float4 accesses need every row to start on a 16-byte boundary: row lengths (K for A, N for B
 // and C) a multiple of 4 floats, and 16-byte aligned base pointers (cudaMalloc gives 256).
@@ -63,15 +68,19 @@ bool check_gemm_args(const char* who, int M, int N, int K, const float* A, const
     throw std::invalid_argument(std::string(who) + ": M, N and K must be >= 0, got " +
                                 shape_text(M, N, K));
   }
-  const auto too_big = [](int rows, int cols) { return static_cast<long long>(rows) * cols > INT_MAX; };
+  const auto too_big = [](int rows, int cols) {
+    return static_cast<long long>(rows) * cols > INT_MAX;
+  };
   if (too_big(M, K) || too_big(K, N) || too_big(M, N)) {
     throw std::invalid_argument(std::string(who) +
                                 ": each matrix must have at most 2^31 - 1 elements (the kernels "
-                                "index with int), got " + shape_text(M, N, K));
+                                "index with int), got " +
+                                shape_text(M, N, K));
   }
   if (M == 0 || N == 0) return false;
   if (C == nullptr) {
-    throw std::invalid_argument(std::string(who) + ": C must not be null for " + shape_text(M, N, K));
+    throw std::invalid_argument(std::string(who) + ": C must not be null for " +
+                                shape_text(M, N, K));
   }
   if (K > 0 && (A == nullptr || B == nullptr)) {
     throw std::invalid_argument(std::string(who) + ": A and B must not be null when K > 0 (" +
@@ -84,11 +93,13 @@ bool check_gemm_args(const char* who, int M, int N, int K, const float* A, const
 
 int fp32_lanes_per_sm(int cc_major, int cc_minor) {
   if (cc_major < 7) {
-    throw std::invalid_argument("fp32_lanes_per_sm: compute capability " + std::to_string(cc_major) +
-                                "." + std::to_string(cc_minor) + " is older than this course supports (7.5)");
+    throw std::invalid_argument("fp32_lanes_per_sm: compute capability " +
+                                std::to_string(cc_major) + "." + std::to_string(cc_minor) +
+                                " is older than this course supports (7.5)");
   }
-  if (cc_major == 7 || (cc_major == 8 && cc_minor == 0)) return 64;  // Volta, Turing, A100
-  return 128;  // 8.6, 8.7, 8.9, 9.0 and newer
+  // 64 on Volta, Turing and A100 (8.0); 128 on 8.6, 8.7, 8.9, 9.0 and newer
+  if (cc_major == 7 || (cc_major == 8 && cc_minor == 0)) return 64;
+  return 128;
 }
 
 double fp32_peak_tflops(int sm_count, int lanes_per_sm, int clock_khz) {
@@ -121,10 +132,13 @@ struct Epilogue {
   Activation act;
 };
 
-Epilogue plain(float alpha, float beta) { return Epilogue{alpha, beta, nullptr, Activation::none}; }
+Epilogue plain(float alpha, float beta) {
+  return Epilogue{alpha, beta, nullptr, Activation::none};
+}
 
 // C[m][n] = epilogue(acc). C is read only when beta != 0: with beta == 0 it may hold NaN.
-__device__ __forceinline__ void store1(const Epilogue& e, float* C, int N, int m, int n, float acc) {
+__device__ __forceinline__ void store1(const Epilogue& e, float* C, int N, int m, int n,
+                                       float acc) {
   float* c = C + m * N + n;
   const float old = e.beta != 0.0f ? *c : 0.0f;
   *c = epilogue_value(acc, old, e.bias != nullptr ? e.bias[n] : 0.0f, e.alpha, e.beta, e.act);
@@ -144,7 +158,8 @@ __device__ __forceinline__ float4 load4(const float* P, int r, int c, int rows, 
     return make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   } else {
     return make_float4(load_or_zero(P, r, c, rows, cols), load_or_zero(P, r, c + 1, rows, cols),
-                       load_or_zero(P, r, c + 2, rows, cols), load_or_zero(P, r, c + 3, rows, cols));
+                       load_or_zero(P, r, c + 2, rows, cols),
+                       load_or_zero(P, r, c + 3, rows, cols));
   }
 }
 
@@ -200,9 +215,9 @@ __global__ void naive_kernel(int M, int N, int K, const float* __restrict__ A,
 // and L2 catch some of it). Here a 32x32 block of threads stages a 32x32 tile of A and of B in
 // shared memory, then each thread takes its 32 products from there: each global element is read
 // once per tile row/column of blocks, and shared memory is ~ 30x closer than DRAM.
-constexpr int kTile3 = 32;
+constexpr int kTile3 = 32, kThreads3 = kTile3 * kTile3;
 
-__global__ void __launch_bounds__(kTile3 * kTile3)
+__global__ void __launch_bounds__(kThreads3)
     v3_smem_tiling_kernel(int M, int N, int K, const float* __restrict__ A,
                           const float* __restrict__ B, float* __restrict__ C, Epilogue e) {
   __shared__ float As[kTile3][kTile3];
@@ -247,7 +262,7 @@ __global__ void __launch_bounds__(v4::kThreads)
   __shared__ float Bs[BK][BN];
   const int tid = threadIdx.x;
   const int bm = blockIdx.y * BM, bn = blockIdx.x * BN;
-  const int col = tid % BN;         // this thread's column of the tile
+  const int col = tid % BN;          // this thread's column of the tile
   const int row0 = (tid / BN) * TM;  // and its TM rows: row0 .. row0 + TM - 1
   // Each tile has BM*BK = BK*BN = 512 elements: one of A and one of B per thread.
   const int a_r = tid / BK, a_c = tid % BK;
@@ -345,7 +360,7 @@ template <bool kVec>
 __global__ void __launch_bounds__(v5::kThreads, 2)
     v6_vectorized_kernel(int M, int N, int K, const float* __restrict__ A,
                          const float* __restrict__ B, float* __restrict__ C, Epilogue e) {
-  using namespace v5;  // same tile shape
+  using namespace v5;                         // same tile shape
   __shared__ __align__(16) float As[BK][BM];  // transposed
   __shared__ __align__(16) float Bs[BK][BN];
   const int tid = threadIdx.x;
@@ -409,8 +424,8 @@ struct WarpTile {
   static constexpr int BM = BM_, BN = BN_, BK = BK_, WM = WM_, WN = WN_;
   static constexpr int kWarpsN = BN / WN;
   static constexpr int kThreads = (BM / WM) * kWarpsN * 32;
-  static constexpr int kLanesN = WN / 8;  // each lane covers 2 x 4 columns
-  static constexpr int kLdA = BM + 4;     // padded row of the transposed A tile
+  static constexpr int kLanesN = WN / 8;                  // each lane covers 2 x 4 columns
+  static constexpr int kLdA = BM + 4;                     // padded row of the transposed A tile
   static constexpr int kALoads = BM * BK / 4 / kThreads;  // float4 per thread per tile
   static constexpr int kBLoads = BK * BN / 4 / kThreads;
   static_assert((WM / 8) * (WN / 8) == 32, "a warp tile is 32 lanes of 8x8");
@@ -555,7 +570,7 @@ __global__ void __launch_bounds__(T::kThreads, 2)
   for (int t = 0; t < tiles; ++t) {
     const int cur = t & 1;
     load_tiles<T, kVec>(A, B, M, N, K, bm, bn, (t + 1) * T::BK, ra, rb);  // tile t+1 (in flight)
-    multiply_tile<T>(As[cur], Bs[cur], wm0, wn0, acc);                   // tile t
+    multiply_tile<T>(As[cur], Bs[cur], wm0, wn0, acc);                    // tile t
     store_tiles<T>(As[cur ^ 1], Bs[cur ^ 1], ra, rb);
     __syncthreads();
   }
@@ -571,9 +586,10 @@ __global__ void __launch_bounds__(T::kThreads, 2)
 // Accumulator fragments have an unspecified element layout, so the write-out goes through a
 // 16x16 staging area in shared memory per warp, which also makes the edge guards easy.
 // Single shared buffer; the next tile's global loads are in flight (registers) during the math.
+// (BK = 32 and the rest are in the kernel body: they exist only where it is compiled, 80+.)
 namespace wmma_cfg {
-constexpr int BM = 128, BN = 128, kThreads = 256;  // BK = 32: in the kernel, all that is
-}  // namespace wmma_cfg                            // compiled for compute_80+
+constexpr int BM = 128, BN = 128, kThreads = 256;
+}  // namespace wmma_cfg
 
 template <bool kVec>
 __global__ void __launch_bounds__(wmma_cfg::kThreads)
@@ -637,9 +653,11 @@ __global__ void __launch_bounds__(wmma_cfg::kThreads)
       wmma::fragment<wmma::matrix_a, 16, 16, 8, wmma::precision::tf32, wmma::row_major> a[4];
       wmma::fragment<wmma::matrix_b, 16, 16, 8, wmma::precision::tf32, wmma::row_major> b[2];
 #pragma unroll
-      for (int i = 0; i < 4; ++i) wmma::load_matrix_sync(a[i], As + (wr * 64 + i * 16) * kLdA + kk, kLdA);
+      for (int i = 0; i < 4; ++i)
+        wmma::load_matrix_sync(a[i], As + (wr * 64 + i * 16) * kLdA + kk, kLdA);
 #pragma unroll
-      for (int j = 0; j < 2; ++j) wmma::load_matrix_sync(b[j], Bs + kk * kLdB + wc * 32 + j * 16, kLdB);
+      for (int j = 0; j < 2; ++j)
+        wmma::load_matrix_sync(b[j], Bs + kk * kLdB + wc * 32 + j * 16, kLdB);
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
 #pragma unroll
@@ -741,8 +759,10 @@ void launch_v8(int M, int N, int K, const float* A, const float* B, float* C, co
 void launch_v8_config(TileConfig config, int M, int N, int K, const float* A, const float* B,
                       float* C, const Epilogue& e, cudaStream_t stream) {
   switch (config) {
-    case TileConfig::bk8: return launch_v8<TileBk8>(M, N, K, A, B, C, e, stream);
-    case TileConfig::bk16: return launch_v8<TileBk16>(M, N, K, A, B, C, e, stream);
+    case TileConfig::bk8:
+      return launch_v8<TileBk8>(M, N, K, A, B, C, e, stream);
+    case TileConfig::bk16:
+      return launch_v8<TileBk16>(M, N, K, A, B, C, e, stream);
   }
   throw std::invalid_argument("sgemm_v8: unknown tile configuration " +
                               std::to_string(static_cast<int>(config)));
@@ -776,7 +796,7 @@ void sgemm_v3_smem_tiling(int M, int N, int K, float alpha, const float* A, cons
   if (!check_gemm_args("sgemm_v3_smem_tiling", M, N, K, A, B, C)) return;
   const dim3 grid = tile_grid("sgemm_v3_smem_tiling", M, N, kTile3, kTile3);
   v3_smem_tiling_kernel<<<grid, dim3(kTile3, kTile3), 0, stream>>>(M, N, K, A, B, C,
-                                                                    plain(alpha, beta));
+                                                                   plain(alpha, beta));
   CUDA_CHECK_LAUNCH();
 }
 
@@ -801,9 +821,11 @@ void sgemm_v6_vectorized(int M, int N, int K, float alpha, const float* A, const
   if (!check_gemm_args("sgemm_v6_vectorized", M, N, K, A, B, C)) return;
   const dim3 grid = tile_grid("sgemm_v6_vectorized", M, N, v5::BM, v5::BN);
   if (can_vectorize(N, K, A, B, C)) {
-    v6_vectorized_kernel<true><<<grid, v5::kThreads, 0, stream>>>(M, N, K, A, B, C, plain(alpha, beta));
+    v6_vectorized_kernel<true>
+        <<<grid, v5::kThreads, 0, stream>>>(M, N, K, A, B, C, plain(alpha, beta));
   } else {
-    v6_vectorized_kernel<false><<<grid, v5::kThreads, 0, stream>>>(M, N, K, A, B, C, plain(alpha, beta));
+    v6_vectorized_kernel<false>
+        <<<grid, v5::kThreads, 0, stream>>>(M, N, K, A, B, C, plain(alpha, beta));
   }
   CUDA_CHECK_LAUNCH();
 }
@@ -814,9 +836,11 @@ void sgemm_v7_warptiling(int M, int N, int K, float alpha, const float* A, const
   using T = TileBk8;
   const dim3 grid = tile_grid("sgemm_v7_warptiling", M, N, T::BM, T::BN);
   if (can_vectorize(N, K, A, B, C)) {
-    v7_warptiling_kernel<T, true><<<grid, T::kThreads, 0, stream>>>(M, N, K, A, B, C, plain(alpha, beta));
+    v7_warptiling_kernel<T, true>
+        <<<grid, T::kThreads, 0, stream>>>(M, N, K, A, B, C, plain(alpha, beta));
   } else {
-    v7_warptiling_kernel<T, false><<<grid, T::kThreads, 0, stream>>>(M, N, K, A, B, C, plain(alpha, beta));
+    v7_warptiling_kernel<T, false>
+        <<<grid, T::kThreads, 0, stream>>>(M, N, K, A, B, C, plain(alpha, beta));
   }
   CUDA_CHECK_LAUNCH();
 }
@@ -834,8 +858,10 @@ void sgemm_v8_double_buffering(int M, int N, int K, float alpha, const float* A,
 
 const std::vector<SgemmVersion>& sgemm_versions() {
   static const std::vector<SgemmVersion> versions = {
-      {1, "v1_naive", "one thread per output; lanes walk down a column: uncoalesced", sgemm_v1_naive},
-      {2, "v2_coalesced", "lanes walk along a row: coalesced B and C, broadcast A", sgemm_v2_coalesced},
+      {1, "v1_naive", "one thread per output; lanes walk down a column: uncoalesced",
+       sgemm_v1_naive},
+      {2, "v2_coalesced", "lanes walk along a row: coalesced B and C, broadcast A",
+       sgemm_v2_coalesced},
       {3, "v3_smem_tiling", "32x32 tiles of A and B staged in shared memory", sgemm_v3_smem_tiling},
       {4, "v4_1d_blocktiling", "8 outputs per thread: one shared load feeds 8 FMAs",
        sgemm_v4_1d_blocktiling},
@@ -870,19 +896,19 @@ void sgemm_bias_act(int M, int N, int K, float alpha, const float* A, const floa
 void bias_activation(int M, int N, const float* bias, Activation act, float* C,
                      cudaStream_t stream) {
   if (M < 0 || N < 0) {
-    throw std::invalid_argument("bias_activation: M and N must be >= 0, got M=" + std::to_string(M) +
-                                ", N=" + std::to_string(N));
+    throw std::invalid_argument("bias_activation: M and N must be >= 0, got M=" +
+                                std::to_string(M) + ", N=" + std::to_string(N));
   }
   if (M == 0 || N == 0) return;
   if (C == nullptr) throw std::invalid_argument("bias_activation: C must not be null");
   constexpr int kThreads = 256;
   const std::size_t total = static_cast<std::size_t>(M) * N;
   if (N % 4 == 0 && aligned16(C)) {
-    bias_activation_kernel<true><<<grid_stride_blocks(total / 4, kThreads), kThreads, 0, stream>>>(
-        M, N, bias, act, C);
+    bias_activation_kernel<true>
+        <<<grid_stride_blocks(total / 4, kThreads), kThreads, 0, stream>>>(M, N, bias, act, C);
   } else {
-    bias_activation_kernel<false><<<grid_stride_blocks(total, kThreads), kThreads, 0, stream>>>(
-        M, N, bias, act, C);
+    bias_activation_kernel<false>
+        <<<grid_stride_blocks(total, kThreads), kThreads, 0, stream>>>(M, N, bias, act, C);
   }
   CUDA_CHECK_LAUNCH();
 }
@@ -904,7 +930,8 @@ bool wmma_tf32_available(std::string* why_not) {
     cudaFuncAttributes attr{};
     CUDA_CHECK(cudaFuncGetAttributes(&attr, wmma_tf32_kernel<true>));
     if (attr.ptxVersion < 80) {
-      reason = "this binary's WMMA kernel was compiled for compute_" + std::to_string(attr.ptxVersion) +
+      reason = "this binary's WMMA kernel was compiled for compute_" +
+               std::to_string(attr.ptxVersion) +
                ", which has no TF32 tensor cores; rebuild with CMAKE_CUDA_ARCHITECTURES=" +
                std::to_string(major * 10 + minor) + " (or any 80 or newer)";
     }
@@ -913,16 +940,18 @@ bool wmma_tf32_available(std::string* why_not) {
   return reason.empty();
 }
 
-void sgemm_wmma_tf32(int M, int N, int K, float alpha, const float* A, const float* B,
-                     float beta, float* C, cudaStream_t stream) {
+void sgemm_wmma_tf32(int M, int N, int K, float alpha, const float* A, const float* B, float beta,
+                     float* C, cudaStream_t stream) {
   if (!check_gemm_args("sgemm_wmma_tf32", M, N, K, A, B, C)) return;
   std::string why;
   if (!wmma_tf32_available(&why)) throw std::runtime_error("sgemm_wmma_tf32: " + why);
   const dim3 grid = tile_grid("sgemm_wmma_tf32", M, N, wmma_cfg::BM, wmma_cfg::BN);
   if (can_vectorize(N, K, A, B, C)) {
-    wmma_tf32_kernel<true><<<grid, wmma_cfg::kThreads, 0, stream>>>(M, N, K, A, B, C, plain(alpha, beta));
+    wmma_tf32_kernel<true>
+        <<<grid, wmma_cfg::kThreads, 0, stream>>>(M, N, K, A, B, C, plain(alpha, beta));
   } else {
-    wmma_tf32_kernel<false><<<grid, wmma_cfg::kThreads, 0, stream>>>(M, N, K, A, B, C, plain(alpha, beta));
+    wmma_tf32_kernel<false>
+        <<<grid, wmma_cfg::kThreads, 0, stream>>>(M, N, K, A, B, C, plain(alpha, beta));
   }
   CUDA_CHECK_LAUNCH();
 }
@@ -988,8 +1017,8 @@ void cublas_sgemm(const CublasHandle& handle, int M, int N, int K, float alpha, 
                            std::max(K, 1), &beta, C, N));
 }
 
-void cublas_gemm_tf32(const CublasHandle& handle, int M, int N, int K, float alpha,
-                      const float* A, const float* B, float beta, float* C, cudaStream_t stream) {
+void cublas_gemm_tf32(const CublasHandle& handle, int M, int N, int K, float alpha, const float* A,
+                      const float* B, float beta, float* C, cudaStream_t stream) {
   if (!check_gemm_args("cublas_gemm_tf32", M, N, K, A, B, C)) return;
   CUBLAS_CHECK(cublasSetStream(handle.get(), stream));
   CUBLAS_CHECK(cublasGemmEx(handle.get(), CUBLAS_OP_N, CUBLAS_OP_N, N, M, K, &alpha, B, CUDA_R_32F,
@@ -1005,7 +1034,8 @@ void fill_uniform(float* data, std::size_t n, std::uint64_t seed, float lo, floa
   if (data == nullptr) throw std::invalid_argument("fill_uniform: data must not be null");
   if (!(lo < hi)) throw std::invalid_argument("fill_uniform: need lo < hi");
   constexpr int kThreads = 256;
-  fill_uniform_kernel<<<grid_stride_blocks(n, kThreads), kThreads, 0, stream>>>(data, n, seed, lo, hi);
+  fill_uniform_kernel<<<grid_stride_blocks(n, kThreads), kThreads, 0, stream>>>(data, n, seed, lo,
+                                                                                hi);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -1024,9 +1054,12 @@ double reference_dot(int N, int K, const float* A, const float* B, int m, int n,
 namespace {
 double activate_double(double x, Activation act) {
   switch (act) {
-    case Activation::relu: return x > 0.0 ? x : 0.0;
-    case Activation::silu: return x / (1.0 + std::exp(-x));
-    default: return x;
+    case Activation::relu:
+      return x > 0.0 ? x : 0.0;
+    case Activation::silu:
+      return x / (1.0 + std::exp(-x));
+    default:
+      return x;
   }
 }
 }  // namespace
@@ -1035,7 +1068,8 @@ void sgemm_reference(int M, int N, int K, float alpha, const float* A, const flo
                      const float* C, const float* bias, Activation act, double* out,
                      double* abs_sum) {
   if (M < 0 || N < 0 || K < 0) {
-    throw std::invalid_argument("sgemm_reference: M, N and K must be >= 0, got " + shape_text(M, N, K));
+    throw std::invalid_argument("sgemm_reference: M, N and K must be >= 0, got " +
+                                shape_text(M, N, K));
   }
   for (int m = 0; m < M; ++m) {
     for (int n = 0; n < N; ++n) {
@@ -1050,8 +1084,8 @@ void sgemm_reference(int M, int N, int K, float alpha, const float* A, const flo
   }
 }
 
-double gemm_error_bound(int K, double alpha, double abs_sum, double beta, double c_old,
-                        double bias, double input_rounding) {
+double gemm_error_bound(int K, double alpha, double abs_sum, double beta, double c_old, double bias,
+                        double input_rounding) {
   const double scale = std::fabs(alpha) * abs_sum;
   const double rest = (beta != 0.0 ? std::fabs(beta * c_old) : 0.0) + std::fabs(bias);
   // A tiny absolute term keeps the bound positive when every term is 0.
@@ -1060,10 +1094,12 @@ double gemm_error_bound(int K, double alpha, double abs_sum, double beta, double
 
 double activation_error_bound(Activation act, double bound_before, double exact_result) {
   switch (act) {
-    case Activation::relu: return bound_before;
+    case Activation::relu:
+      return bound_before;
     case Activation::silu:  // |silu'| <= 1.1; expf and the division add a few ulp
       return 1.1 * bound_before + 8.0 * kFp32UnitRoundoff * std::fabs(exact_result) + 1e-37;
-    default: return bound_before;
+    default:
+      return bound_before;
   }
 }
 
@@ -1078,9 +1114,9 @@ namespace {
 // the way it lies in memory, Ws[n][k] (lanes read consecutive k: coalesced), and the inner loop
 // reads it down a column, Ws[tx][k]: lanes 33 words apart thanks to the +1 padding, so 32
 // different banks (without it, all 32 lanes would hit one bank: a 32-way conflict).
-constexpr int kNtTile = 32;
+constexpr int kNtTile = 32, kNtThreads = kNtTile * kNtTile;
 
-__global__ void __launch_bounds__(kNtTile * kNtTile)
+__global__ void __launch_bounds__(kNtThreads)
     nt_smem_tiling_kernel(int M, int N, int K, float alpha, const float* __restrict__ A,
                           const float* __restrict__ W, float beta, float* __restrict__ C) {
   __shared__ float As[kNtTile][kNtTile];
@@ -1185,7 +1221,8 @@ void sgemm_nt_register_blocking(int M, int N, int K, float alpha, const float* A
 void linear_forward(int M, int N, int K, const float* X, const float* W, const float* bias,
                     Activation act, float* Y, cudaStream_t stream) {
   if (!check_gemm_args("linear_forward", M, N, K, X, W, Y)) return;
-  if (bias == nullptr) throw std::invalid_argument("linear_forward: bias must not be null (N floats)");
+  if (bias == nullptr)
+    throw std::invalid_argument("linear_forward: bias must not be null (N floats)");
   launch_register_blocking("linear_forward", M, N, K, 1.0f, X, W, 0.0f, bias, act, Y, stream);
 }
 

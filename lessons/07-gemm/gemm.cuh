@@ -29,7 +29,8 @@
 // against v8 followed by an elementwise kernel), one tensor-core kernel (WMMA, TF32), and cuBLAS
 // as the baseline (FP32 SGEMM and TF32 GemmEx) through the row-major identity C^T = B^T A^T.
 //
-// Run a version: `lesson07 --version 5`; all of them: `lesson07`; benchmark: `make bench LESSON=07`.
+// Run a version: `lesson07 --version 5`; all of them: `lesson07`; benchmark: `make bench
+// LESSON=07`.
 //
 // Conventions for every launcher below:
 //  - Matrices are dense row-major device arrays (leading dimension = number of columns): A is
@@ -61,20 +62,29 @@ namespace lesson07 {
 enum class Activation : int { none = 0, relu = 1, silu = 2 };
 const char* to_string(Activation act);
 
-__host__ __device__ inline int ceil_div(int a, int b) { return (a + b - 1) / b; }
+__host__ __device__ inline int ceil_div(int a, int b) {
+  return (a + b - 1) / b;
+}
 
-__host__ __device__ inline float relu(float x) { return x > 0.0f ? x : 0.0f; }
+__host__ __device__ inline float relu(float x) {
+  return x > 0.0f ? x : 0.0f;
+}
 
 // SiLU (swish): x * sigmoid(x) = x / (1 + e^-x). For very negative x, e^-x overflows to +inf and
 // the quotient is -0, the right limit; expf rather than the faster __expf keeps it within a
 // couple of ulp of the FP64 reference.
-__host__ __device__ inline float silu(float x) { return x / (1.0f + expf(-x)); }
+__host__ __device__ inline float silu(float x) {
+  return x / (1.0f + expf(-x));
+}
 
 __host__ __device__ inline float activate(float x, Activation act) {
   switch (act) {
-    case Activation::relu: return relu(x);
-    case Activation::silu: return silu(x);
-    default: return x;
+    case Activation::relu:
+      return relu(x);
+    case Activation::silu:
+      return silu(x);
+    default:
+      return x;
   }
 }
 
@@ -97,7 +107,9 @@ bool check_gemm_args(const char* who, int M, int N, int K, const float* A, const
                      const float* C);
 
 // 2*M*N*K: one multiply and one add per (m, n, k). TFLOP/s = gemm_flops / seconds / 1e12.
-inline double gemm_flops(int M, int N, int K) { return 2.0 * M * N * K; }
+inline double gemm_flops(int M, int N, int K) {
+  return 2.0 * M * N * K;
+}
 
 // FP32 lanes (results of a 32-bit fused multiply-add per clock) per SM, from the CUDA C++
 // Programming Guide's "Arithmetic Instructions" throughput table: 64 on 7.x and 8.0 (A100), 128
@@ -150,7 +162,7 @@ struct SgemmVersion {
 };
 const std::vector<SgemmVersion>& sgemm_versions();  // in order, v1 first
 const SgemmVersion& sgemm_version(int number);      // throws std::invalid_argument if unknown
-constexpr int kBestVersion = 8;                      // the one the sweep and the epilogue use
+constexpr int kBestVersion = 8;                     // the one the sweep and the epilogue use
 
 // v8's block-tile configurations (template instantiations; only these are compiled). Both are
 // 128x128 block tiles of 256 threads with 32x64 warp tiles; they differ in the K depth of a
@@ -179,8 +191,8 @@ void bias_activation(int M, int N, const float* bias, Activation act, float* C,
 // Needs compute capability 8.0+ AND a build whose PTX targets compute_80+ (the no-GPU build is
 // compute_75 PTX, in which the kernel is compiled out). Throws std::runtime_error saying which
 // is missing; wmma_tf32_available() asks without throwing.
-void sgemm_wmma_tf32(int M, int N, int K, float alpha, const float* A, const float* B,
-                     float beta, float* C, cudaStream_t stream = nullptr);
+void sgemm_wmma_tf32(int M, int N, int K, float alpha, const float* A, const float* B, float beta,
+                     float* C, cudaStream_t stream = nullptr);
 bool wmma_tf32_available(std::string* why_not = nullptr);
 
 // ---------------------------------------------------------------- cuBLAS, the baseline
@@ -223,9 +235,8 @@ void cublas_sgemm(const CublasHandle& handle, int M, int N, int K, float alpha, 
 
 // The same product on the tensor cores: cublasGemmEx with CUBLAS_COMPUTE_32F_FAST_TF32 (FP32 in
 // and out, inputs rounded to TF32). On GPUs without TF32 (before 8.0) cuBLAS computes in FP32.
-void cublas_gemm_tf32(const CublasHandle& handle, int M, int N, int K, float alpha,
-                      const float* A, const float* B, float beta, float* C,
-                      cudaStream_t stream = nullptr);
+void cublas_gemm_tf32(const CublasHandle& handle, int M, int N, int K, float alpha, const float* A,
+                      const float* B, float beta, float* C, cudaStream_t stream = nullptr);
 
 // ---------------------------------------------------------------- test data and the CPU oracle
 
@@ -253,8 +264,8 @@ void sgemm_reference(int M, int N, int K, float alpha, const float* A, const flo
 // operands each truncated or rounded to a 10-bit mantissa: (1 + 2^-10)^2 - 1 < 2^-9).
 // An activation applied afterwards scales the bound by its Lipschitz constant (ReLU 1, SiLU 1.1)
 // and adds its own rounding (a few ulp of expf): activation_error_bound does that.
-double gemm_error_bound(int K, double alpha, double abs_sum, double beta, double c_old,
-                        double bias, double input_rounding = 0.0);
+double gemm_error_bound(int K, double alpha, double abs_sum, double beta, double c_old, double bias,
+                        double input_rounding = 0.0);
 double activation_error_bound(Activation act, double bound_before, double exact_result);
 constexpr double kFp32UnitRoundoff = 1.0 / (1 << 24);
 constexpr double kTf32InputRounding = 1.0 / (1 << 9);

@@ -40,7 +40,8 @@ void usage(const char* argv0) {
       "  --reps R     timed runs per kernel, median reported (default 5; 1 for runs over 200 ms)\n"
       "  Versions:\n",
       argv0, static_cast<int>(sgemm_versions().size()));
-  for (const auto& v : sgemm_versions()) std::printf("    %d  %-20s %s\n", v.number, v.name, v.idea);
+  for (const auto& v : sgemm_versions())
+    std::printf("    %d  %-20s %s\n", v.number, v.name, v.idea);
 }
 
 struct Options {
@@ -53,7 +54,8 @@ int parse_int(const char* flag, const char* text) {
   char* end = nullptr;
   const long v = std::strtol(text, &end, 10);
   if (end == text || *end != '\0' || v < 1 || v > 1 << 20) {
-    throw std::invalid_argument(std::string(flag) + " expects an integer from 1 to 1048576, got '" + text + "'");
+    throw std::invalid_argument(std::string(flag) + " expects an integer from 1 to 1048576, got '" +
+                                text + "'");
   }
   return static_cast<int>(v);
 }
@@ -72,9 +74,9 @@ double median_ms(cudaStream_t stream, int reps, double first_ms, F&& enqueue) {
 // What a result is checked against.
 struct Oracle {
   int M, N, K;
-  std::vector<float> A, B;           // host copies, for the FP64 samples
-  std::vector<float> expected;       // cuBLAS SGEMM's C
-  std::vector<float> abs_sum;        // cuBLAS of |A| * |B|: the scale of the rounding error
+  std::vector<float> A, B;                   // host copies, for the FP64 samples
+  std::vector<float> expected;               // cuBLAS SGEMM's C
+  std::vector<float> abs_sum;                // cuBLAS of |A| * |B|: the scale of the rounding error
   std::vector<std::pair<int, int>> samples;  // elements checked in FP64 on the CPU
 };
 
@@ -86,11 +88,13 @@ struct Check {
 
 // Every element against cuBLAS within twice the FP32 bound (both sides round) and the sampled
 // elements against FP64 within the bound (times input_rounding for TF32).
-Check check_result(const Oracle& o, const std::vector<float>& got, double input_rounding, bool vs_cublas) {
+Check check_result(const Oracle& o, const std::vector<float>& got, double input_rounding,
+                   bool vs_cublas) {
   Check c;
   if (vs_cublas) {
     for (std::size_t i = 0; i < got.size(); ++i) {
-      const double tol = 2.02 * gemm_error_bound(o.K, 1.0, o.abs_sum[i], 0.0, 0.0, 0.0, input_rounding);
+      const double tol =
+          2.02 * gemm_error_bound(o.K, 1.0, o.abs_sum[i], 0.0, 0.0, 0.0, input_rounding);
       if (!(std::fabs(got[i] - o.expected[i]) <= tol)) ++c.bad;
     }
   }
@@ -109,7 +113,8 @@ void print_row(const char* label, double ms, double flops, double cublas_tflops,
                const Check& check) {
   const double tflops = flops / (ms / 1e3) / 1e12;
   std::printf("  %-34s %9.3f %9.2f %8.1f%% %7.1f%%   %s\n", label, ms, tflops,
-              cublas_tflops > 0 ? 100.0 * tflops / cublas_tflops : 0.0, 100.0 * tflops / peak_tflops,
+              cublas_tflops > 0 ? 100.0 * tflops / cublas_tflops : 0.0,
+              100.0 * tflops / peak_tflops,
               check.ok ? "ok" : ("FAILED (" + std::to_string(check.bad) + " elements)").c_str());
 }
 
@@ -120,14 +125,19 @@ int run(const Options& opt) {
   const course::DeviceInfo info = course::query_device(0);
   std::printf("%s\n", course::summary(info).c_str());
   const Fp32Peak peak = fp32_peak(0);
-  std::printf("FP32 peak: %d SMs x %d FP32 lanes x 2 FLOP (FMA) x %.0f MHz (the max boost clock) = %.1f TFLOP/s\n",
-              peak.sm_count, peak.lanes_per_sm, peak.clock_khz / 1e3, peak.tflops);
+  std::printf(
+      "FP32 peak: %d SMs x %d FP32 lanes x 2 FLOP (FMA) x %.0f MHz (the max boost clock) = %.1f "
+      "TFLOP/s\n",
+      peak.sm_count, peak.lanes_per_sm, peak.clock_khz / 1e3, peak.tflops);
   const double flops = gemm_flops(M, N, K);
-  std::printf("\nProblem: C(%dx%d) = A(%dx%d) * B(%dx%d), row-major FP32, %.1f GFLOP per product.\n", M, N,
-              M, K, K, N, flops / 1e9);
-  std::printf("Each kernel: one checked run, then the median of %d timed runs (CUDA events).\n", opt.reps);
-  std::printf("Check: every element vs cuBLAS within 2x the FP32 error bound (K+3) u sum|a||b|,\n"
-              "       and 256 sampled elements vs an FP64 CPU reference within the bound.\n\n");
+  std::printf(
+      "\nProblem: C(%dx%d) = A(%dx%d) * B(%dx%d), row-major FP32, %.1f GFLOP per product.\n", M, N,
+      M, K, K, N, flops / 1e9);
+  std::printf("Each kernel: one checked run, then the median of %d timed runs (CUDA events).\n",
+              opt.reps);
+  std::printf(
+      "Check: every element vs cuBLAS within 2x the FP32 error bound (K+3) u sum|a||b|,\n"
+      "       and 256 sampled elements vs an FP64 CPU reference within the bound.\n\n");
 
   course::Stream stream;
   const std::size_t a_n = static_cast<std::size_t>(M) * K, b_n = static_cast<std::size_t>(K) * N,
@@ -146,13 +156,17 @@ int run(const Options& opt) {
   CUDA_CHECK(cudaMemcpy(absB.data(), h.data(), b_n * sizeof(float), cudaMemcpyHostToDevice));
   o.samples = {{0, 0}, {M - 1, N - 1}, {0, N - 1}, {M - 1, 0}};
   for (unsigned t = 1; o.samples.size() < 256; ++t) {
-    o.samples.push_back({static_cast<int>((t * 2654435761u) % M), static_cast<int>((t * 40503u + 7u) % N)});
+    o.samples.push_back(
+        {static_cast<int>((t * 2654435761u) % M), static_cast<int>((t * 40503u + 7u) % N)});
   }
 
   const CublasHandle cublas;
-  std::printf("  %-34s %9s %9s %9s %8s   %s\n", "kernel", "ms", "TFLOP/s", "%cuBLAS", "%peak", "check");
+  std::printf("  %-34s %9s %9s %9s %8s   %s\n", "kernel", "ms", "TFLOP/s", "%cuBLAS", "%peak",
+              "check");
   // cuBLAS first: its time is the baseline and its result the full-size oracle.
-  const auto run_cublas = [&] { cublas_sgemm(cublas, M, N, K, 1.0f, A.data(), B.data(), 0.0f, C.data(), stream); };
+  const auto run_cublas = [&] {
+    cublas_sgemm(cublas, M, N, K, 1.0f, A.data(), B.data(), 0.0f, C.data(), stream);
+  };
   const double cublas_first = course::time_on_stream_ms(stream, run_cublas);
   const double cublas_ms = median_ms(stream, opt.reps, cublas_first, run_cublas);
   const double cublas_tflops = flops / (cublas_ms / 1e3) / 1e12;
@@ -162,11 +176,13 @@ int run(const Options& opt) {
   bool all_ok = true;
   const Check cublas_check = check_result(o, o.expected, 0.0, false);
   all_ok &= cublas_check.ok;
-  print_row("cuBLAS SGEMM (CUBLAS_DEFAULT_MATH)", cublas_ms, flops, cublas_tflops, peak.tflops, cublas_check);
+  print_row("cuBLAS SGEMM (CUBLAS_DEFAULT_MATH)", cublas_ms, flops, cublas_tflops, peak.tflops,
+            cublas_check);
 
   double best_tflops = 0.0;
   int best = 0;
-  const std::vector<int> chosen = opt.versions.empty() ? std::vector<int>{1, 2, 3, 4, 5, 6, 7, 8} : opt.versions;
+  const std::vector<int> chosen =
+      opt.versions.empty() ? std::vector<int>{1, 2, 3, 4, 5, 6, 7, 8} : opt.versions;
   for (const int number : chosen) {
     const SgemmVersion& v = sgemm_version(number);
     // NaN in C first: beta = 0 must not read it, and an element the kernel forgets stays NaN.
@@ -182,26 +198,36 @@ int run(const Options& opt) {
     if (tflops > best_tflops) best_tflops = tflops, best = v.number;
   }
   if (best > 0) {
-    std::printf("\nBest: v%d at %.1f%% of cuBLAS SGEMM (%.2f vs %.2f TFLOP/s), %.1f%% of the FP32 peak.\n", best,
-                100.0 * best_tflops / cublas_tflops, best_tflops, cublas_tflops, 100.0 * best_tflops / peak.tflops);
+    std::printf(
+        "\nBest: v%d at %.1f%% of cuBLAS SGEMM (%.2f vs %.2f TFLOP/s), %.1f%% of the FP32 peak.\n",
+        best, 100.0 * best_tflops / cublas_tflops, best_tflops, cublas_tflops,
+        100.0 * best_tflops / peak.tflops);
   }
 
   // ---- the fused epilogue: what a fully connected layer does after its GEMM
-  std::printf("\nFused epilogue: C = SiLU(A * B + bias), bias + activation in v%d's write-out vs a 2nd kernel\n",
-              kBestVersion);
+  std::printf(
+      "\nFused epilogue: C = SiLU(A * B + bias), bias + activation in v%d's write-out vs a 2nd "
+      "kernel\n",
+      kBestVersion);
   course::DeviceBuffer<float> bias(N), C2(c_n);
   fill_uniform(bias.data(), N, 3, -1.0f, 1.0f, stream);
   const auto fused = [&] {
-    sgemm_bias_act(M, N, K, 1.0f, A.data(), B.data(), 0.0f, bias.data(), Activation::silu, C.data(), stream);
+    sgemm_bias_act(M, N, K, 1.0f, A.data(), B.data(), 0.0f, bias.data(), Activation::silu, C.data(),
+                   stream);
   };
   const auto separate = [&] {
     sgemm_v8_double_buffering(M, N, K, 1.0f, A.data(), B.data(), 0.0f, C2.data(), stream);
     bias_activation(M, N, bias.data(), Activation::silu, C2.data(), stream);
   };
-  const auto epilogue_only = [&] { bias_activation(M, N, bias.data(), Activation::silu, C2.data(), stream); };
-  const double fused_ms = median_ms(stream, opt.reps, course::time_on_stream_ms(stream, fused), fused);
-  const double separate_ms = median_ms(stream, opt.reps, course::time_on_stream_ms(stream, separate), separate);
-  const double epilogue_ms = median_ms(stream, opt.reps, course::time_on_stream_ms(stream, epilogue_only), epilogue_only);
+  const auto epilogue_only = [&] {
+    bias_activation(M, N, bias.data(), Activation::silu, C2.data(), stream);
+  };
+  const double fused_ms =
+      median_ms(stream, opt.reps, course::time_on_stream_ms(stream, fused), fused);
+  const double separate_ms =
+      median_ms(stream, opt.reps, course::time_on_stream_ms(stream, separate), separate);
+  const double epilogue_ms =
+      median_ms(stream, opt.reps, course::time_on_stream_ms(stream, epilogue_only), epilogue_only);
   // Both must agree. Recompute each (epilogue_only's timing runs applied SiLU to C2 again and
   // again); they differ by roundings only: the fused write-out may contract alpha*acc + bias
   // into one FMA where the separate path rounds twice.
@@ -210,14 +236,18 @@ int run(const Options& opt) {
   const auto f = course::to_host(C), s = course::to_host(C2);
   std::size_t differ = 0;
   for (std::size_t i = 0; i < c_n; ++i) {
-    const double tol = 2.2 * gemm_error_bound(K, 1.0, o.abs_sum[i], 0.0, 0.0, 1.0) + 1e-6 * std::fabs(s[i]);
+    const double tol =
+        2.2 * gemm_error_bound(K, 1.0, o.abs_sum[i], 0.0, 0.0, 1.0) + 1e-6 * std::fabs(s[i]);
     if (!(std::fabs(f[i] - s[i]) <= tol)) ++differ;
   }
   all_ok &= differ == 0;
   std::printf("  fused (one kernel)             %9.3f ms\n", fused_ms);
-  std::printf("  GEMM + bias_activation kernel  %9.3f ms (the 2nd kernel alone: %.3f ms, %.0f GB/s: C read + written)\n",
-              separate_ms, epilogue_ms, 2.0 * C.bytes() / (epilogue_ms / 1e3) / 1e9);
-  std::printf("  -> fusing saves %.1f%%; results agree: %s\n", 100.0 * (separate_ms - fused_ms) / separate_ms,
+  std::printf(
+      "  GEMM + bias_activation kernel  %9.3f ms (the 2nd kernel alone: %.3f ms, %.0f GB/s: C read "
+      "+ written)\n",
+      separate_ms, epilogue_ms, 2.0 * C.bytes() / (epilogue_ms / 1e3) / 1e9);
+  std::printf("  -> fusing saves %.1f%%; results agree: %s\n",
+              100.0 * (separate_ms - fused_ms) / separate_ms,
               differ == 0 ? "yes" : ("NO (" + std::to_string(differ) + " elements)").c_str());
 
   // ---- tensor cores
@@ -245,9 +275,10 @@ int run(const Options& opt) {
     sgemm_v8_double_buffering(M, N, K, 1.0f, A.data(), B.data(), 0.0f, C.data(), stream);
     const double fp32_err = check_result(o, course::to_host(C), 0.0, false).worst_fp64;
     std::printf("  (%%cuBLAS and %%peak above are against the FP32 SGEMM and the FP32 peak)\n");
-    std::printf("  accuracy vs FP64, max |c - exact| / sum_k |a b| over 256 elements:\n"
-                "    FP32 cuBLAS %.1e   FP32 v%d %.1e   WMMA TF32 %.1e   cuBLAS TF32 %.1e\n",
-                cublas_check.worst_fp64, kBestVersion, fp32_err, wmma_err, cublas_tf32_err);
+    std::printf(
+        "  accuracy vs FP64, max |c - exact| / sum_k |a b| over 256 elements:\n"
+        "    FP32 cuBLAS %.1e   FP32 v%d %.1e   WMMA TF32 %.1e   cuBLAS TF32 %.1e\n",
+        cublas_check.worst_fp64, kBestVersion, fp32_err, wmma_err, cublas_tf32_err);
   }
 
   std::printf("\n%s\n", all_ok ? "All results checked: PASS" : "Some results were wrong: FAIL");

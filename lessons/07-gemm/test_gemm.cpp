@@ -31,7 +31,8 @@ std::string text(const Shape& s) {
   return std::to_string(s.M) + "x" + std::to_string(s.N) + "x" + std::to_string(s.K);
 }
 
-std::vector<float> random_vector(std::size_t n, std::uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
+std::vector<float> random_vector(std::size_t n, std::uint32_t seed, float lo = -1.0f,
+                                 float hi = 1.0f) {
   std::mt19937 rng(seed);
   std::uniform_real_distribution<float> dist(lo, hi);
   std::vector<float> v(n);
@@ -54,13 +55,15 @@ struct Candidate {
 std::vector<Candidate> fp32_candidates(const lesson07::CublasHandle* cublas = nullptr) {
   std::vector<Candidate> c;
   for (const auto& v : lesson07::sgemm_versions()) {
-    c.push_back({v.name, [fn = v.run](int M, int N, int K, float al, const float* A, const float* B,
-                                      float be, float* C) { fn(M, N, K, al, A, B, be, C, nullptr); }});
+    c.push_back(
+        {v.name, [fn = v.run](int M, int N, int K, float al, const float* A, const float* B,
+                              float be, float* C) { fn(M, N, K, al, A, B, be, C, nullptr); }});
   }
-  c.push_back({"v8_bk16", [](int M, int N, int K, float al, const float* A, const float* B, float be,
-                             float* C) {
-                 lesson07::sgemm_v8_tile_config(lesson07::TileConfig::bk16, M, N, K, al, A, B, be, C);
-               }});
+  c.push_back(
+      {"v8_bk16",
+       [](int M, int N, int K, float al, const float* A, const float* B, float be, float* C) {
+         lesson07::sgemm_v8_tile_config(lesson07::TileConfig::bk16, M, N, K, al, A, B, be, C);
+       }});
   c.push_back({"sgemm_bias_act(no bias)", [](int M, int N, int K, float al, const float* A,
                                              const float* B, float be, float* C) {
                  lesson07::sgemm_bias_act(M, N, K, al, A, B, be, nullptr, Activation::none, C);
@@ -82,7 +85,8 @@ std::vector<float> run_gemm(const Gemm& gemm, const Shape& s, float alpha,
   course::DeviceBuffer<float> dA(A.size() + offset), dB(B.size() + offset), dC(C.size() + offset);
   const auto put = [&](course::DeviceBuffer<float>& d, const std::vector<float>& h) {
     if (!h.empty()) {
-      CUDA_CHECK(cudaMemcpy(d.data() + offset, h.data(), h.size() * sizeof(float), cudaMemcpyHostToDevice));
+      CUDA_CHECK(cudaMemcpy(d.data() + offset, h.data(), h.size() * sizeof(float),
+                            cudaMemcpyHostToDevice));
     }
   };
   put(dA, A);
@@ -94,7 +98,8 @@ std::vector<float> run_gemm(const Gemm& gemm, const Shape& s, float alpha,
   CUDA_CHECK(cudaDeviceSynchronize());
   std::vector<float> out(C.size());
   if (!out.empty()) {
-    CUDA_CHECK(cudaMemcpy(out.data(), dC.data() + offset, out.size() * sizeof(float), cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaMemcpy(out.data(), dC.data() + offset, out.size() * sizeof(float),
+                          cudaMemcpyDeviceToHost));
   }
   return out;
 }
@@ -122,8 +127,8 @@ void check_against_reference(const std::string& what, const std::vector<float>& 
     const double ratio = std::isnan(err) ? INFINITY : err / tol;
     if (ratio > worst_ratio) worst_ratio = ratio, worst = i;
   }
-  INFO(what << " on " << text(s) << " alpha=" << alpha << " beta=" << beta << " act="
-            << lesson07::to_string(act) << ": " << bad << " of " << count
+  INFO(what << " on " << text(s) << " alpha=" << alpha << " beta=" << beta
+            << " act=" << lesson07::to_string(act) << ": " << bad << " of " << count
             << " elements outside the bound; worst at (" << worst / (s.N ? s.N : 1) << ", "
             << worst % (s.N ? s.N : 1) << "): got " << (count ? got[worst] : 0.0f) << ", FP64 "
             << (count ? ref[worst] : 0.0) << ", error/bound " << worst_ratio);
@@ -134,14 +139,15 @@ void check_against_reference(const std::string& what, const std::vector<float>& 
 std::vector<float> transpose(const std::vector<float>& B, int K, int N) {
   std::vector<float> W(B.size());
   for (int k = 0; k < K; ++k) {
-    for (int n = 0; n < N; ++n) W[static_cast<std::size_t>(n) * K + k] = B[static_cast<std::size_t>(k) * N + n];
+    for (int n = 0; n < N; ++n)
+      W[static_cast<std::size_t>(n) * K + k] = B[static_cast<std::size_t>(k) * N + n];
   }
   return W;
 }
 
-const std::vector<Shape> kSmallShapes = {{1, 1, 1},     {17, 33, 65},  {33, 17, 65}, {100, 100, 100},
-                                         {64, 200, 37}, {129, 67, 131}, {3, 5, 0},   {2, 300, 1},
-                                         {257, 3, 40}};
+const std::vector<Shape> kSmallShapes = {{1, 1, 1},       {17, 33, 65},  {33, 17, 65},
+                                         {100, 100, 100}, {64, 200, 37}, {129, 67, 131},
+                                         {3, 5, 0},       {2, 300, 1},   {257, 3, 40}};
 
 }  // namespace
 
@@ -152,8 +158,10 @@ TEST_CASE("Activations and the epilogue of one element", "[math]") {
   CHECK(lesson07::relu(-2.0f) == 0.0f);
   CHECK(lesson07::relu(3.0f) == 3.0f);
   CHECK(lesson07::silu(0.0f) == 0.0f);
-  CHECK(lesson07::silu(1.0f) == course::testing::Approx(1.0 / (1.0 + std::exp(-1.0))).epsilon(1e-6));
-  CHECK(lesson07::silu(-2.0f) == course::testing::Approx(-2.0 / (1.0 + std::exp(2.0))).epsilon(1e-6));
+  CHECK(lesson07::silu(1.0f) ==
+        course::testing::Approx(1.0 / (1.0 + std::exp(-1.0))).epsilon(1e-6));
+  CHECK(lesson07::silu(-2.0f) ==
+        course::testing::Approx(-2.0 / (1.0 + std::exp(2.0))).epsilon(1e-6));
   CHECK(lesson07::silu(30.0f) == course::testing::Approx(30.0).epsilon(1e-6));
   CHECK(lesson07::silu(-200.0f) == 0.0f);  // e^200 overflows to inf: x / inf = -0, not NaN
   CHECK(lesson07::ceil_div(0, 32) == 0);
@@ -166,7 +174,8 @@ TEST_CASE("Activations and the epilogue of one element", "[math]") {
   CHECK(std::isnan(epilogue_value(2.0f, kNaN, 0.0f, 3.0f, 1.0f, Activation::none)));
 }
 
-TEST_CASE("The FP32 peak: lanes per SM by compute capability, times SMs, 2 FLOP and clock", "[math]") {
+TEST_CASE("The FP32 peak: lanes per SM by compute capability, times SMs, 2 FLOP and clock",
+          "[math]") {
   CHECK(lesson07::fp32_lanes_per_sm(7, 5) == 64);
   CHECK(lesson07::fp32_lanes_per_sm(8, 0) == 64);
   CHECK(lesson07::fp32_lanes_per_sm(8, 6) == 128);
@@ -174,11 +183,14 @@ TEST_CASE("The FP32 peak: lanes per SM by compute capability, times SMs, 2 FLOP 
   CHECK(lesson07::fp32_lanes_per_sm(9, 0) == 128);
   CHECK_THROWS_AS(lesson07::fp32_lanes_per_sm(6, 1), std::invalid_argument);
   // H200 SXM: 132 SMs x 128 lanes x 2 FLOP x 1.98 GHz
-  CHECK(lesson07::fp32_peak_tflops(132, 128, 1980000) == course::testing::Approx(66.908).epsilon(1e-4));
-  CHECK(lesson07::gemm_flops(4096, 4096, 4096) == course::testing::Approx(137.4389534720e9).epsilon(1e-12));
+  CHECK(lesson07::fp32_peak_tflops(132, 128, 1980000) ==
+        course::testing::Approx(66.908).epsilon(1e-4));
+  CHECK(lesson07::gemm_flops(4096, 4096, 4096) ==
+        course::testing::Approx(137.4389534720e9).epsilon(1e-12));
 }
 
-TEST_CASE("The CPU reference: a hand-checked row-major product with alpha, beta, bias, ReLU", "[reference]") {
+TEST_CASE("The CPU reference: a hand-checked row-major product with alpha, beta, bias, ReLU",
+          "[reference]") {
   // A = [1 2 3; 4 5 6], B = [7 8; 9 10; 11 12]: A*B = [58 64; 139 154]
   const std::vector<float> A = {1, 2, 3, 4, 5, 6}, B = {7, 8, 9, 10, 11, 12};
   const std::vector<float> C = {1, -1, 2, -2}, bias = {-300, 0};
@@ -198,7 +210,8 @@ TEST_CASE("The CPU reference: a hand-checked row-major product with alpha, beta,
   CHECK(lesson07::reference_dot(2, 3, A.data(), B.data(), 1, 0, nullptr) == 139.0);
 }
 
-TEST_CASE("The error bound grows with K and the size of the terms; beta = 0 ignores C", "[reference]") {
+TEST_CASE("The error bound grows with K and the size of the terms; beta = 0 ignores C",
+          "[reference]") {
   const double u = lesson07::kFp32UnitRoundoff;
   CHECK(lesson07::gemm_error_bound(1000, 1.0, 10.0, 0.0, kNaN, 0.0) ==
         course::testing::Approx(1003 * u * 10.0).epsilon(1e-9));
@@ -234,18 +247,23 @@ TEST_CASE("Bad shapes and null pointers are rejected before any GPU work", "[arg
     CHECK_THROWS_AS(c.run(2, -1, 2, 1, p, p, 0, dummy), std::invalid_argument);
     CHECK_THROWS_AS(c.run(2, 2, -1, 1, p, p, 0, dummy), std::invalid_argument);
     CHECK_THROWS_WITH(c.run(2, 2, 2, 1, p, p, 0, nullptr), Contains("C must not be null"));
-    CHECK_THROWS_WITH(c.run(2, 2, 2, 1, nullptr, p, 0, dummy), Contains("A and B must not be null"));
+    CHECK_THROWS_WITH(c.run(2, 2, 2, 1, nullptr, p, 0, dummy),
+                      Contains("A and B must not be null"));
     CHECK_THROWS_AS(c.run(2, 2, 2, 1, p, nullptr, 0, dummy), std::invalid_argument);
     CHECK_THROWS_WITH(c.run(50000, 50000, 1, 1, p, p, 0, dummy), Contains("2^31 - 1"));
   }
   CHECK_THROWS_AS(lesson07::sgemm_wmma_tf32(-1, 2, 2, 1, p, p, 0, dummy), std::invalid_argument);
-  CHECK_THROWS_AS(lesson07::bias_activation(-1, 2, p, Activation::relu, dummy), std::invalid_argument);
-  CHECK_THROWS_AS(lesson07::bias_activation(2, 2, p, Activation::relu, nullptr), std::invalid_argument);
+  CHECK_THROWS_AS(lesson07::bias_activation(-1, 2, p, Activation::relu, dummy),
+                  std::invalid_argument);
+  CHECK_THROWS_AS(lesson07::bias_activation(2, 2, p, Activation::relu, nullptr),
+                  std::invalid_argument);
   CHECK_THROWS_AS(lesson07::fill_uniform(nullptr, 10, 1, 0.0f, 1.0f), std::invalid_argument);
-  CHECK_THROWS_AS(lesson07::sgemm_reference(-1, 1, 1, 1, p, p, 0, p, nullptr, Activation::none, nullptr, nullptr),
+  CHECK_THROWS_AS(lesson07::sgemm_reference(-1, 1, 1, 1, p, p, 0, p, nullptr, Activation::none,
+                                            nullptr, nullptr),
                   std::invalid_argument);
   // A matrix too tall for gridDim.y (65535 blocks of 32 rows) is refused, not truncated.
-  CHECK_THROWS_WITH(lesson07::sgemm_v3_smem_tiling(3000000, 1, 1, 1, p, p, 0, dummy), Contains("gridDim.y"));
+  CHECK_THROWS_WITH(lesson07::sgemm_v3_smem_tiling(3000000, 1, 1, 1, p, p, 0, dummy),
+                    Contains("gridDim.y"));
 }
 
 TEST_CASE("Empty products (M = 0 or N = 0) are no-ops and need no pointers", "[args]") {
@@ -281,10 +299,9 @@ TEST_CASE("beta = 0 ignores NaN already in C (BLAS semantics)", "[gpu]") {
   const lesson07::CublasHandle cublas;
   auto candidates = fp32_candidates(&cublas);
   if (lesson07::wmma_tf32_available()) {
-    candidates.push_back({"wmma_tf32", [](int M, int N, int K, float al, const float* A, const float* B,
-                                          float be, float* C) {
-                            lesson07::sgemm_wmma_tf32(M, N, K, al, A, B, be, C);
-                          }});
+    candidates.push_back(
+        {"wmma_tf32", [](int M, int N, int K, float al, const float* A, const float* B, float be,
+                         float* C) { lesson07::sgemm_wmma_tf32(M, N, K, al, A, B, be, C); }});
   }
   for (const Shape s : {Shape{70, 45, 33}, Shape{128, 128, 64}}) {  // scalar and float4 paths
     const auto A = random_vector(static_cast<std::size_t>(s.M) * s.K, 11);
@@ -293,7 +310,8 @@ TEST_CASE("beta = 0 ignores NaN already in C (BLAS semantics)", "[gpu]") {
     for (const auto& c : candidates) {
       const auto got = run_gemm(c.run, s, 1.25f, A, B, 0.0f, C);
       const double rounding = c.name == "wmma_tf32" ? lesson07::kTf32InputRounding : 0.0;
-      check_against_reference(c.name, got, s, 1.25f, A, B, 0.0f, C, nullptr, Activation::none, rounding);
+      check_against_reference(c.name, got, s, 1.25f, A, B, 0.0f, C, nullptr, Activation::none,
+                              rounding);
     }
   }
 }
@@ -315,12 +333,14 @@ TEST_CASE("alpha = 0 scales C by beta exactly; K = 0 leaves beta * C", "[gpu]") 
   }
 }
 
-TEST_CASE("Every version agrees with cuBLAS on large shapes that are not multiples of the tile", "[gpu]") {
+TEST_CASE("Every version agrees with cuBLAS on large shapes that are not multiples of the tile",
+          "[gpu]") {
   const lesson07::CublasHandle cublas;
   const auto candidates = fp32_candidates();
   std::uint32_t seed = 100;
   for (const Shape s : {Shape{1000, 1000, 1000}, Shape{1025, 769, 515}, Shape{513, 1031, 257}}) {
-    const std::size_t a_n = static_cast<std::size_t>(s.M) * s.K, b_n = static_cast<std::size_t>(s.K) * s.N;
+    const std::size_t a_n = static_cast<std::size_t>(s.M) * s.K,
+                      b_n = static_cast<std::size_t>(s.K) * s.N;
     const std::size_t c_n = static_cast<std::size_t>(s.M) * s.N;
     const auto A = random_vector(a_n, seed++), B = random_vector(b_n, seed++);
     std::vector<float> absA(a_n), absB(b_n);
@@ -338,10 +358,12 @@ TEST_CASE("Every version agrees with cuBLAS on large shapes that are not multipl
       const auto got = run_gemm(c.run, s, 1.0f, A, B, 0.0f, zeros);
       std::size_t bad = 0;
       for (std::size_t i = 0; i < c_n; ++i) {
-        const double tol = 2.0 * 1.01 * lesson07::gemm_error_bound(s.K, 1.0, abs_sum[i], 0.0, 0.0, 0.0);
+        const double tol =
+            2.0 * 1.01 * lesson07::gemm_error_bound(s.K, 1.0, abs_sum[i], 0.0, 0.0, 0.0);
         if (!(std::fabs(got[i] - expected[i]) <= tol)) ++bad;
       }
-      INFO(c.name << " on " << text(s) << ": " << bad << " elements differ from cuBLAS beyond 2x the FP32 bound");
+      INFO(c.name << " on " << text(s) << ": " << bad
+                  << " elements differ from cuBLAS beyond 2x the FP32 bound");
       CHECK(bad == 0);
       // and FP64 on a few elements, corners included, so the oracle is not cuBLAS alone
       for (int t = 0; t < 16; ++t) {
@@ -357,13 +379,14 @@ TEST_CASE("Every version agrees with cuBLAS on large shapes that are not multipl
   }
 }
 
-TEST_CASE("float4 kernels fall back to scalar accesses: misaligned pointers, rows not a multiple of 4", "[gpu]") {
+TEST_CASE(
+    "float4 kernels fall back to scalar accesses: misaligned pointers, rows not a multiple of 4",
+    "[gpu]") {
   auto candidates = fp32_candidates();
   if (lesson07::wmma_tf32_available()) {
-    candidates.push_back({"wmma_tf32", [](int M, int N, int K, float al, const float* A, const float* B,
-                                          float be, float* C) {
-                            lesson07::sgemm_wmma_tf32(M, N, K, al, A, B, be, C);
-                          }});
+    candidates.push_back(
+        {"wmma_tf32", [](int M, int N, int K, float al, const float* A, const float* B, float be,
+                         float* C) { lesson07::sgemm_wmma_tf32(M, N, K, al, A, B, be, C); }});
   }
   struct Case {
     Shape s;
@@ -385,24 +408,27 @@ TEST_CASE("float4 kernels fall back to scalar accesses: misaligned pointers, row
 
 TEST_CASE("The cuBLAS row-major wrapper: a hand-checked product (C^T = B^T A^T)", "[gpu]") {
   const lesson07::CublasHandle cublas;
-  const auto gemm = [&](int M, int N, int K, float al, const float* A, const float* B, float be, float* C) {
-    lesson07::cublas_sgemm(cublas, M, N, K, al, A, B, be, C);
-  };
+  const auto gemm = [&](int M, int N, int K, float al, const float* A, const float* B, float be,
+                        float* C) { lesson07::cublas_sgemm(cublas, M, N, K, al, A, B, be, C); };
   // A = [1 2 3; 4 5 6] (2x3), B = [7 8; 9 10; 11 12] (3x2). Row-major A*B = [58 64; 139 154];
   // a wrapper that forgot the transpose identity would compute something else (or fail on lds).
   const std::vector<float> A = {1, 2, 3, 4, 5, 6}, B = {7, 8, 9, 10, 11, 12};
   CHECK(run_gemm(gemm, {2, 2, 3}, 1.0f, A, B, 0.0f, std::vector<float>(4, kNaN)) ==
         std::vector<float>{58, 64, 139, 154});
-  CHECK(run_gemm(gemm, {2, 2, 3}, 2.0f, A, B, 1.0f, {1, 1, 1, 1}) == std::vector<float>{117, 129, 279, 309});
+  CHECK(run_gemm(gemm, {2, 2, 3}, 2.0f, A, B, 1.0f, {1, 1, 1, 1}) ==
+        std::vector<float>{117, 129, 279, 309});
   // A non-square case: (2x3) * (3x1)
   CHECK(run_gemm(gemm, {2, 1, 3}, 1.0f, A, {1, 0, -1}, 0.0f, {0, 0}) == std::vector<float>{-2, -2});
   float dummy = 0.0f;
-  CHECK_THROWS_AS(lesson07::cublas_sgemm(cublas, 2, -2, 2, 1, &dummy, &dummy, 0, &dummy), std::invalid_argument);
+  CHECK_THROWS_AS(lesson07::cublas_sgemm(cublas, 2, -2, 2, 1, &dummy, &dummy, 0, &dummy),
+                  std::invalid_argument);
 }
 
-// ================================================================ GPU tests: epilogue, tensor cores
+// ================================================================ GPU tests: epilogue, tensor
+// cores
 
-TEST_CASE("Fused bias + activation matches the reference, and so does GEMM + bias_activation", "[gpu]") {
+TEST_CASE("Fused bias + activation matches the reference, and so does GEMM + bias_activation",
+          "[gpu]") {
   for (const Activation act : {Activation::none, Activation::relu, Activation::silu}) {
     for (const Shape s : {Shape{100, 77, 50}, Shape{128, 256, 64}, Shape{1, 1, 1}}) {
       const auto A = random_vector(static_cast<std::size_t>(s.M) * s.K, 41);
@@ -411,13 +437,15 @@ TEST_CASE("Fused bias + activation matches the reference, and so does GEMM + bia
       const auto bias = random_vector(static_cast<std::size_t>(s.N), 44, -2.0f, 2.0f);
       const auto d_bias = course::to_device(bias);
       const auto fused = run_gemm(
-          [&](int M, int N, int K, float al, const float* dA, const float* dB, float be, float* dC) {
+          [&](int M, int N, int K, float al, const float* dA, const float* dB, float be,
+              float* dC) {
             lesson07::sgemm_bias_act(M, N, K, al, dA, dB, be, d_bias.data(), act, dC);
           },
           s, 1.5f, A, B, 0.5f, C);
       check_against_reference("fused", fused, s, 1.5f, A, B, 0.5f, C, bias.data(), act);
       const auto separate = run_gemm(
-          [&](int M, int N, int K, float al, const float* dA, const float* dB, float be, float* dC) {
+          [&](int M, int N, int K, float al, const float* dA, const float* dB, float be,
+              float* dC) {
             lesson07::sgemm_v8_double_buffering(M, N, K, al, dA, dB, be, dC);
             lesson07::bias_activation(M, N, d_bias.data(), act, dC);
           },
@@ -452,20 +480,22 @@ TEST_CASE("Tensor cores: WMMA TF32 is within the TF32 bound, and really rounds t
   if (!lesson07::wmma_tf32_available(&why)) {
     INFO(why);
     float dummy[1] = {};
-    CHECK_THROWS_AS(lesson07::sgemm_wmma_tf32(1, 1, 1, 1, dummy, dummy, 0, dummy), std::runtime_error);
+    CHECK_THROWS_AS(lesson07::sgemm_wmma_tf32(1, 1, 1, 1, dummy, dummy, 0, dummy),
+                    std::runtime_error);
     return;
   }
   const lesson07::CublasHandle cublas;
   const std::vector<Candidate> tf32 = {
-      {"wmma_tf32", [](int M, int N, int K, float al, const float* A, const float* B, float be, float* C) {
-         lesson07::sgemm_wmma_tf32(M, N, K, al, A, B, be, C);
-       }},
-      {"cublas_gemm_tf32", [&](int M, int N, int K, float al, const float* A, const float* B, float be, float* C) {
+      {"wmma_tf32", [](int M, int N, int K, float al, const float* A, const float* B, float be,
+                       float* C) { lesson07::sgemm_wmma_tf32(M, N, K, al, A, B, be, C); }},
+      {"cublas_gemm_tf32",
+       [&](int M, int N, int K, float al, const float* A, const float* B, float be, float* C) {
          lesson07::cublas_gemm_tf32(cublas, M, N, K, al, A, B, be, C);
        }}};
   std::uint32_t seed = 60;
-  for (const Shape s : {Shape{1, 1, 1}, Shape{17, 33, 65}, Shape{100, 100, 100}, Shape{129, 67, 131},
-                        Shape{256, 256, 256}, Shape{300, 200, 1000}, Shape{3, 5, 0}}) {
+  for (const Shape s :
+       {Shape{1, 1, 1}, Shape{17, 33, 65}, Shape{100, 100, 100}, Shape{129, 67, 131},
+        Shape{256, 256, 256}, Shape{300, 200, 1000}, Shape{3, 5, 0}}) {
     const auto A = random_vector(static_cast<std::size_t>(s.M) * s.K, seed++);
     const auto B = random_vector(static_cast<std::size_t>(s.K) * s.N, seed++);
     const auto C = random_vector(static_cast<std::size_t>(s.M) * s.N, seed++);
@@ -514,21 +544,23 @@ void check_nt(const std::string& what, const Gemm& nt_gemm, const Shape& s, floa
   check_against_reference(what, got, s, alpha, A, B, beta, C);
 }
 
-const std::vector<Shape> kExerciseShapes = {{1, 1, 1}, {17, 33, 65}, {33, 17, 65}, {100, 100, 100},
-                                            {64, 200, 37}, {3, 5, 0}, {130, 70, 17}};
+const std::vector<Shape> kExerciseShapes = {{1, 1, 1},       {17, 33, 65},  {33, 17, 65},
+                                            {100, 100, 100}, {64, 200, 37}, {3, 5, 0},
+                                            {130, 70, 17}};
 }  // namespace
 
 TEST_CASE("Exercise 1: sgemm_nt_smem_tiling rejects bad shapes", "[ex1]") {
   float dummy[1] = {};
-  CHECK_THROWS_AS(lesson07::sgemm_nt_smem_tiling(-1, 2, 2, 1, dummy, dummy, 0, dummy), std::invalid_argument);
-  CHECK_THROWS_AS(lesson07::sgemm_nt_smem_tiling(2, 2, 2, 1, dummy, dummy, 0, nullptr), std::invalid_argument);
+  CHECK_THROWS_AS(lesson07::sgemm_nt_smem_tiling(-1, 2, 2, 1, dummy, dummy, 0, dummy),
+                  std::invalid_argument);
+  CHECK_THROWS_AS(lesson07::sgemm_nt_smem_tiling(2, 2, 2, 1, dummy, dummy, 0, nullptr),
+                  std::invalid_argument);
   CHECK_NOTHROW(lesson07::sgemm_nt_smem_tiling(0, 2, 2, 1, nullptr, nullptr, 0, nullptr));
 }
 
 TEST_CASE("Exercise 1: sgemm_nt_smem_tiling computes alpha * A * W^T + beta * C", "[gpu][ex1]") {
-  const Gemm f = [](int M, int N, int K, float al, const float* A, const float* W, float be, float* C) {
-    lesson07::sgemm_nt_smem_tiling(M, N, K, al, A, W, be, C);
-  };
+  const Gemm f = [](int M, int N, int K, float al, const float* A, const float* W, float be,
+                    float* C) { lesson07::sgemm_nt_smem_tiling(M, N, K, al, A, W, be, C); };
   std::uint32_t seed = 200;
   for (const Shape& s : kExerciseShapes) {
     check_nt("ex1", f, s, 1.5f, -0.75f, false, seed += 3);
@@ -538,15 +570,17 @@ TEST_CASE("Exercise 1: sgemm_nt_smem_tiling computes alpha * A * W^T + beta * C"
 
 TEST_CASE("Exercise 2: sgemm_nt_register_blocking rejects bad shapes", "[ex2]") {
   float dummy[1] = {};
-  CHECK_THROWS_AS(lesson07::sgemm_nt_register_blocking(2, 2, -1, 1, dummy, dummy, 0, dummy), std::invalid_argument);
-  CHECK_THROWS_AS(lesson07::sgemm_nt_register_blocking(2, 2, 2, 1, nullptr, dummy, 0, dummy), std::invalid_argument);
+  CHECK_THROWS_AS(lesson07::sgemm_nt_register_blocking(2, 2, -1, 1, dummy, dummy, 0, dummy),
+                  std::invalid_argument);
+  CHECK_THROWS_AS(lesson07::sgemm_nt_register_blocking(2, 2, 2, 1, nullptr, dummy, 0, dummy),
+                  std::invalid_argument);
   CHECK_NOTHROW(lesson07::sgemm_nt_register_blocking(2, 0, 2, 1, nullptr, nullptr, 0, nullptr));
 }
 
-TEST_CASE("Exercise 2: sgemm_nt_register_blocking computes alpha * A * W^T + beta * C", "[gpu][ex2]") {
-  const Gemm f = [](int M, int N, int K, float al, const float* A, const float* W, float be, float* C) {
-    lesson07::sgemm_nt_register_blocking(M, N, K, al, A, W, be, C);
-  };
+TEST_CASE("Exercise 2: sgemm_nt_register_blocking computes alpha * A * W^T + beta * C",
+          "[gpu][ex2]") {
+  const Gemm f = [](int M, int N, int K, float al, const float* A, const float* W, float be,
+                    float* C) { lesson07::sgemm_nt_register_blocking(M, N, K, al, A, W, be, C); };
   std::uint32_t seed = 300;
   for (const Shape& s : kExerciseShapes) {
     check_nt("ex2", f, s, 1.5f, -0.75f, false, seed += 3);
@@ -559,15 +593,19 @@ TEST_CASE("Exercise 3: linear_forward rejects bad shapes and a null bias", "[ex3
   float dummy[1] = {};
   CHECK_THROWS_AS(lesson07::linear_forward(2, -2, 2, dummy, dummy, dummy, Activation::relu, dummy),
                   std::invalid_argument);
-  CHECK_THROWS_WITH(lesson07::linear_forward(2, 2, 2, dummy, dummy, nullptr, Activation::relu, dummy),
-                    Contains("bias"));
-  CHECK_NOTHROW(lesson07::linear_forward(0, 2, 2, nullptr, nullptr, nullptr, Activation::relu, nullptr));
+  CHECK_THROWS_WITH(
+      lesson07::linear_forward(2, 2, 2, dummy, dummy, nullptr, Activation::relu, dummy),
+      Contains("bias"));
+  CHECK_NOTHROW(
+      lesson07::linear_forward(0, 2, 2, nullptr, nullptr, nullptr, Activation::relu, nullptr));
 }
 
-TEST_CASE("Exercise 3: linear_forward computes act(X * W^T + bias) and never reads Y", "[gpu][ex3]") {
+TEST_CASE("Exercise 3: linear_forward computes act(X * W^T + bias) and never reads Y",
+          "[gpu][ex3]") {
   std::uint32_t seed = 400;
   for (const Activation act : {Activation::none, Activation::relu, Activation::silu}) {
-    for (const Shape s : {Shape{1, 1, 1}, Shape{100, 77, 50}, Shape{65, 130, 200}, Shape{4, 9, 0}}) {
+    for (const Shape s :
+         {Shape{1, 1, 1}, Shape{100, 77, 50}, Shape{65, 130, 200}, Shape{4, 9, 0}}) {
       const auto X = random_vector(static_cast<std::size_t>(s.M) * s.K, seed++);
       const auto B = random_vector(static_cast<std::size_t>(s.K) * s.N, seed++);
       const auto bias = random_vector(static_cast<std::size_t>(s.N), seed++, -2.0f, 2.0f);
