@@ -187,6 +187,17 @@ __device__ __forceinline__ void store4(const Epilogue& e, float* C, int M, int N
   }
 }
 
+// The heart of register blocking: acc += a * b^T, 8 values of A times 8 of B, 64 FMAs on registers
+// (v5 onwards; each thread's 8x8 block of C).
+__device__ __forceinline__ void outer_product(const float (&a)[8], const float (&b)[8],
+                                              float (&acc)[8][8]) {
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+#pragma unroll
+    for (int j = 0; j < 8; ++j) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
+  }
+}
+
 // ---------------------------------------------------------------- v1, v2: one thread per output
 
 // v1 (kCoalesced = false): threadIdx.x -> row. The 32 lanes of a warp own 32 consecutive ROWS of
@@ -329,11 +340,7 @@ __global__ void __launch_bounds__(v5::kThreads, 2)
       for (int i = 0; i < TM; ++i) a[i] = As[row0 + i][k];
 #pragma unroll
       for (int j = 0; j < TN; ++j) b[j] = Bs[k][col0 + j];
-#pragma unroll
-      for (int i = 0; i < TM; ++i) {
-#pragma unroll
-        for (int j = 0; j < TN; ++j) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
-      }
+      outer_product(a, b, acc);
     }
     __syncthreads();
   }
@@ -385,11 +392,7 @@ __global__ void __launch_bounds__(v5::kThreads, 2)
       *reinterpret_cast<float4*>(&a[4]) = *reinterpret_cast<const float4*>(&As[k][row0 + 4]);
       *reinterpret_cast<float4*>(&b[0]) = *reinterpret_cast<const float4*>(&Bs[k][col0]);
       *reinterpret_cast<float4*>(&b[4]) = *reinterpret_cast<const float4*>(&Bs[k][col0 + 4]);
-#pragma unroll
-      for (int i = 0; i < TM; ++i) {
-#pragma unroll
-        for (int j = 0; j < TN; ++j) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
-      }
+      outer_product(a, b, acc);
     }
     __syncthreads();
   }
@@ -500,11 +503,7 @@ __device__ __forceinline__ void multiply_tile(const float* As, const float* Bs, 
     *reinterpret_cast<float4*>(&b[0]) = *reinterpret_cast<const float4*>(&Bs[k * T::BN + wn0]);
     *reinterpret_cast<float4*>(&b[4]) =
         *reinterpret_cast<const float4*>(&Bs[k * T::BN + wn0 + T::WN / 2]);
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-#pragma unroll
-      for (int j = 0; j < 8; ++j) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
-    }
+    outer_product(a, b, acc);
   }
 }
 
@@ -743,17 +742,26 @@ unsigned grid_stride_blocks(std::size_t work, int threads) {
 
 // ---------------------------------------------------------------- launch helpers
 
-// Launches kernel<kVec = true> when the float4 conditions hold, kernel<false> otherwise.
+// Every GEMM kernel of the lesson has this signature (the epilogue carries alpha and beta).
+using GemmKernel = void (*)(int M, int N, int K, const float* A, const float* B, float* C,
+                            Epilogue e);
+
+// Covers C with bm x bn tiles and launches `vec` when the float4 conditions hold, `scalar`
+// otherwise (the same kernel twice when it has no float4 path).
+void launch_tiled(const char* who, int M, int N, int K, const float* A, const float* B, float* C,
+                  const Epilogue& e, cudaStream_t stream, int bm, int bn, dim3 block,
+                  GemmKernel vec, GemmKernel scalar) {
+  const dim3 grid = tile_grid(who, M, N, bm, bn);
+  const GemmKernel kernel = can_vectorize(N, K, A, B, C) ? vec : scalar;
+  kernel<<<grid, block, 0, stream>>>(M, N, K, A, B, C, e);
+  CUDA_CHECK_LAUNCH();
+}
+
 template <class T>
 void launch_v8(int M, int N, int K, const float* A, const float* B, float* C, const Epilogue& e,
                cudaStream_t stream) {
-  const dim3 grid = tile_grid("sgemm_v8_double_buffering", M, N, T::BM, T::BN);
-  if (can_vectorize(N, K, A, B, C)) {
-    v8_double_buffering_kernel<T, true><<<grid, T::kThreads, 0, stream>>>(M, N, K, A, B, C, e);
-  } else {
-    v8_double_buffering_kernel<T, false><<<grid, T::kThreads, 0, stream>>>(M, N, K, A, B, C, e);
-  }
-  CUDA_CHECK_LAUNCH();
+  launch_tiled("sgemm_v8_double_buffering", M, N, K, A, B, C, e, stream, T::BM, T::BN, T::kThreads,
+               v8_double_buffering_kernel<T, true>, v8_double_buffering_kernel<T, false>);
 }
 
 void launch_v8_config(TileConfig config, int M, int N, int K, const float* A, const float* B,
@@ -785,64 +793,45 @@ void sgemm_v1_naive(int M, int N, int K, float alpha, const float* A, const floa
 void sgemm_v2_coalesced(int M, int N, int K, float alpha, const float* A, const float* B,
                         float beta, float* C, cudaStream_t stream) {
   if (!check_gemm_args("sgemm_v2_coalesced", M, N, K, A, B, C)) return;
-  const dim3 block(32, 8);  // x across 32 columns, y down 8 rows
-  const dim3 grid = tile_grid("sgemm_v2_coalesced", M, N, 8, 32);
-  naive_kernel<true><<<grid, block, 0, stream>>>(M, N, K, A, B, C, plain(alpha, beta));
-  CUDA_CHECK_LAUNCH();
+  // 32 x 8 threads: x across 32 columns, y down 8 rows
+  launch_tiled("sgemm_v2_coalesced", M, N, K, A, B, C, plain(alpha, beta), stream, 8, 32,
+               dim3(32, 8), naive_kernel<true>, naive_kernel<true>);
 }
 
 void sgemm_v3_smem_tiling(int M, int N, int K, float alpha, const float* A, const float* B,
                           float beta, float* C, cudaStream_t stream) {
   if (!check_gemm_args("sgemm_v3_smem_tiling", M, N, K, A, B, C)) return;
-  const dim3 grid = tile_grid("sgemm_v3_smem_tiling", M, N, kTile3, kTile3);
-  v3_smem_tiling_kernel<<<grid, dim3(kTile3, kTile3), 0, stream>>>(M, N, K, A, B, C,
-                                                                   plain(alpha, beta));
-  CUDA_CHECK_LAUNCH();
+  launch_tiled("sgemm_v3_smem_tiling", M, N, K, A, B, C, plain(alpha, beta), stream, kTile3, kTile3,
+               dim3(kTile3, kTile3), v3_smem_tiling_kernel, v3_smem_tiling_kernel);
 }
 
 void sgemm_v4_1d_blocktiling(int M, int N, int K, float alpha, const float* A, const float* B,
                              float beta, float* C, cudaStream_t stream) {
   if (!check_gemm_args("sgemm_v4_1d_blocktiling", M, N, K, A, B, C)) return;
-  const dim3 grid = tile_grid("sgemm_v4_1d_blocktiling", M, N, v4::BM, v4::BN);
-  v4_1d_blocktiling_kernel<<<grid, v4::kThreads, 0, stream>>>(M, N, K, A, B, C, plain(alpha, beta));
-  CUDA_CHECK_LAUNCH();
+  launch_tiled("sgemm_v4_1d_blocktiling", M, N, K, A, B, C, plain(alpha, beta), stream, v4::BM,
+               v4::BN, v4::kThreads, v4_1d_blocktiling_kernel, v4_1d_blocktiling_kernel);
 }
 
 void sgemm_v5_2d_blocktiling(int M, int N, int K, float alpha, const float* A, const float* B,
                              float beta, float* C, cudaStream_t stream) {
   if (!check_gemm_args("sgemm_v5_2d_blocktiling", M, N, K, A, B, C)) return;
-  const dim3 grid = tile_grid("sgemm_v5_2d_blocktiling", M, N, v5::BM, v5::BN);
-  v5_2d_blocktiling_kernel<<<grid, v5::kThreads, 0, stream>>>(M, N, K, A, B, C, plain(alpha, beta));
-  CUDA_CHECK_LAUNCH();
+  launch_tiled("sgemm_v5_2d_blocktiling", M, N, K, A, B, C, plain(alpha, beta), stream, v5::BM,
+               v5::BN, v5::kThreads, v5_2d_blocktiling_kernel, v5_2d_blocktiling_kernel);
 }
 
 void sgemm_v6_vectorized(int M, int N, int K, float alpha, const float* A, const float* B,
                          float beta, float* C, cudaStream_t stream) {
   if (!check_gemm_args("sgemm_v6_vectorized", M, N, K, A, B, C)) return;
-  const dim3 grid = tile_grid("sgemm_v6_vectorized", M, N, v5::BM, v5::BN);
-  if (can_vectorize(N, K, A, B, C)) {
-    v6_vectorized_kernel<true>
-        <<<grid, v5::kThreads, 0, stream>>>(M, N, K, A, B, C, plain(alpha, beta));
-  } else {
-    v6_vectorized_kernel<false>
-        <<<grid, v5::kThreads, 0, stream>>>(M, N, K, A, B, C, plain(alpha, beta));
-  }
-  CUDA_CHECK_LAUNCH();
+  launch_tiled("sgemm_v6_vectorized", M, N, K, A, B, C, plain(alpha, beta), stream, v5::BM, v5::BN,
+               v5::kThreads, v6_vectorized_kernel<true>, v6_vectorized_kernel<false>);
 }
 
 void sgemm_v7_warptiling(int M, int N, int K, float alpha, const float* A, const float* B,
                          float beta, float* C, cudaStream_t stream) {
   if (!check_gemm_args("sgemm_v7_warptiling", M, N, K, A, B, C)) return;
   using T = TileBk8;
-  const dim3 grid = tile_grid("sgemm_v7_warptiling", M, N, T::BM, T::BN);
-  if (can_vectorize(N, K, A, B, C)) {
-    v7_warptiling_kernel<T, true>
-        <<<grid, T::kThreads, 0, stream>>>(M, N, K, A, B, C, plain(alpha, beta));
-  } else {
-    v7_warptiling_kernel<T, false>
-        <<<grid, T::kThreads, 0, stream>>>(M, N, K, A, B, C, plain(alpha, beta));
-  }
-  CUDA_CHECK_LAUNCH();
+  launch_tiled("sgemm_v7_warptiling", M, N, K, A, B, C, plain(alpha, beta), stream, T::BM, T::BN,
+               T::kThreads, v7_warptiling_kernel<T, true>, v7_warptiling_kernel<T, false>);
 }
 
 void sgemm_v8_tile_config(TileConfig config, int M, int N, int K, float alpha, const float* A,
@@ -945,15 +934,8 @@ void sgemm_wmma_tf32(int M, int N, int K, float alpha, const float* A, const flo
   if (!check_gemm_args("sgemm_wmma_tf32", M, N, K, A, B, C)) return;
   std::string why;
   if (!wmma_tf32_available(&why)) throw std::runtime_error("sgemm_wmma_tf32: " + why);
-  const dim3 grid = tile_grid("sgemm_wmma_tf32", M, N, wmma_cfg::BM, wmma_cfg::BN);
-  if (can_vectorize(N, K, A, B, C)) {
-    wmma_tf32_kernel<true>
-        <<<grid, wmma_cfg::kThreads, 0, stream>>>(M, N, K, A, B, C, plain(alpha, beta));
-  } else {
-    wmma_tf32_kernel<false>
-        <<<grid, wmma_cfg::kThreads, 0, stream>>>(M, N, K, A, B, C, plain(alpha, beta));
-  }
-  CUDA_CHECK_LAUNCH();
+  launch_tiled("sgemm_wmma_tf32", M, N, K, A, B, C, plain(alpha, beta), stream, wmma_cfg::BM,
+               wmma_cfg::BN, wmma_cfg::kThreads, wmma_tf32_kernel<true>, wmma_tf32_kernel<false>);
 }
 
 // ---------------------------------------------------------------- cuBLAS

@@ -547,6 +547,14 @@ void check_nt(const std::string& what, const Gemm& nt_gemm, const Shape& s, floa
 const std::vector<Shape> kExerciseShapes = {{1, 1, 1},       {17, 33, 65},  {33, 17, 65},
                                             {100, 100, 100}, {64, 200, 37}, {3, 5, 0},
                                             {130, 70, 17}};
+
+// Exercises 1 and 2 on every shape: with beta != 0, and with beta = 0 over a NaN-filled C.
+void check_nt_shapes(const std::string& what, const Gemm& nt_gemm, std::uint32_t seed) {
+  for (const Shape& s : kExerciseShapes) {
+    check_nt(what, nt_gemm, s, 1.5f, -0.75f, false, seed += 3);
+    check_nt(what + " (beta 0, NaN in C)", nt_gemm, s, 1.0f, 0.0f, true, seed += 3);
+  }
+}
 }  // namespace
 
 TEST_CASE("Exercise 1: sgemm_nt_smem_tiling rejects bad shapes", "[ex1]") {
@@ -561,11 +569,7 @@ TEST_CASE("Exercise 1: sgemm_nt_smem_tiling rejects bad shapes", "[ex1]") {
 TEST_CASE("Exercise 1: sgemm_nt_smem_tiling computes alpha * A * W^T + beta * C", "[gpu][ex1]") {
   const Gemm f = [](int M, int N, int K, float al, const float* A, const float* W, float be,
                     float* C) { lesson07::sgemm_nt_smem_tiling(M, N, K, al, A, W, be, C); };
-  std::uint32_t seed = 200;
-  for (const Shape& s : kExerciseShapes) {
-    check_nt("ex1", f, s, 1.5f, -0.75f, false, seed += 3);
-    check_nt("ex1 (beta 0, NaN in C)", f, s, 1.0f, 0.0f, true, seed += 3);
-  }
+  check_nt_shapes("ex1", f, 200);
 }
 
 TEST_CASE("Exercise 2: sgemm_nt_register_blocking rejects bad shapes", "[ex2]") {
@@ -581,11 +585,7 @@ TEST_CASE("Exercise 2: sgemm_nt_register_blocking computes alpha * A * W^T + bet
           "[gpu][ex2]") {
   const Gemm f = [](int M, int N, int K, float al, const float* A, const float* W, float be,
                     float* C) { lesson07::sgemm_nt_register_blocking(M, N, K, al, A, W, be, C); };
-  std::uint32_t seed = 300;
-  for (const Shape& s : kExerciseShapes) {
-    check_nt("ex2", f, s, 1.5f, -0.75f, false, seed += 3);
-    check_nt("ex2 (beta 0, NaN in C)", f, s, 1.0f, 0.0f, true, seed += 3);
-  }
+  check_nt_shapes("ex2", f, 300);
   check_nt("ex2", f, {300, 257, 520}, 1.0f, 1.0f, false, 399);
 }
 
