@@ -4,6 +4,7 @@
 // off the tile grid (odd, prime, smaller than one tile, K = 0) so every edge guard runs.
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <functional>
@@ -287,6 +288,8 @@ TEST_CASE("Every FP32 version matches the FP64 CPU reference on small and odd sh
     const auto B = random_vector(static_cast<std::size_t>(s.K) * s.N, seed++);
     const auto C = random_vector(static_cast<std::size_t>(s.M) * s.N, seed++);
     for (const auto& c : candidates) {
+      // K = 0 is the lesson's convention (C = beta * C, as BLAS); cuBLAS's answer is not pinned.
+      if (s.K == 0 && c.name == "cublas_sgemm") continue;
       for (const auto& ab : {std::make_pair(1.0f, 0.0f), std::make_pair(1.5f, -0.75f)}) {
         const auto got = run_gemm(c.run, s, ab.first, A, B, ab.second, C);
         check_against_reference(c.name, got, s, ab.first, A, B, ab.second, C);
@@ -334,7 +337,7 @@ TEST_CASE("alpha = 0 scales C by beta exactly; K = 0 leaves beta * C", "[gpu]") 
 }
 
 TEST_CASE("Every version agrees with cuBLAS on large shapes that are not multiples of the tile",
-          "[gpu]") {
+          "[gpu][large]") {
   const lesson07::CublasHandle cublas;
   const auto candidates = fp32_candidates();
   std::uint32_t seed = 100;
@@ -500,6 +503,7 @@ TEST_CASE("Tensor cores: WMMA TF32 is within the TF32 bound, and really rounds t
     const auto B = random_vector(static_cast<std::size_t>(s.K) * s.N, seed++);
     const auto C = random_vector(static_cast<std::size_t>(s.M) * s.N, seed++);
     for (const auto& c : tf32) {
+      if (s.K == 0 && c.name == "cublas_gemm_tf32") continue;  // see the FP32 test
       const auto got = run_gemm(c.run, s, 1.5f, A, B, -0.5f, C);
       check_against_reference(c.name, got, s, 1.5f, A, B, -0.5f, C, nullptr, Activation::none,
                               lesson07::kTf32InputRounding);
