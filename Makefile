@@ -4,7 +4,7 @@
 #   make run [LESSON=NN]       build, then run every lesson binary in order (or lesson NN)
 #   make test                  build, then run the whole test suite (ctest)
 #   make check LESSON=NN       build and run lesson NN's tests against YOUR exercise.cu
-#   make bench [LESSON=NN]     run the benchmarks; JSON goes to build/bench/
+#   make bench [LESSON=NN]     run the benchmarks; JSON goes to build/bench/ (BENCH_ARGS: flags)
 #   make sanitize [LESSON=NN]  run the GPU tests under compute-sanitizer
 #   make clean                 remove the build folder
 #
@@ -15,6 +15,9 @@ BUILD      ?= build
 CMAKE_ARGS ?=
 JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 LESSON     ?=
+# Google Benchmark flags for make bench: each benchmark runs at least 0.05 s of GPU time per
+# repetition (the harness asks for 5 repetitions and reports their median).
+BENCH_ARGS ?= --benchmark_min_time=0.05
 GENERATOR  := $(if $(shell command -v ninja 2>/dev/null),-G Ninja,)
 CTEST      := ctest --test-dir $(BUILD) --output-on-failure
 
@@ -66,7 +69,7 @@ bench: build
 	  n=$$(basename $$d | cut -c1-2); b=$(BUILD)/$$d/lesson$${n}_bench; \
 	  [ -x $$b ] || continue; found=1; \
 	  echo "==================== $$(basename $$d) benchmark ===================="; \
-	  $$b --benchmark_out=$(BUILD)/bench/lesson$$n.json --benchmark_out_format=json; \
+	  $$b $(BENCH_ARGS) --benchmark_out=$(BUILD)/bench/lesson$$n.json --benchmark_out_format=json; \
 	done; [ $$found = 1 ] || echo "no benchmarks built (is libbenchmark-dev installed?)"
 
 # memcheck on every GPU test; racecheck too (it only reports on kernels using shared memory).
