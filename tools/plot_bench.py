@@ -17,6 +17,12 @@ import sys
 from collections import OrderedDict
 
 
+def clean(name):
+    """Drop Google Benchmark's option suffixes: 'x/min_time:0.050/repeats:5/manual_time' -> 'x'."""
+    name = re.sub(r"/(min_time|repeats|iterations|manual_time|real_time)[^/]*", "", name)
+    return re.sub(r"/manual_time$", "", name)
+
+
 def load(path):
     with open(path) as f:
         data = json.load(f)
@@ -25,7 +31,7 @@ def load(path):
         agg = b.get("aggregate_name")
         if agg not in (None, "median"):
             continue
-        name = b.get("run_name", b["name"])
+        name = clean(b.get("run_name", b["name"]))
         if agg is None and name in rows:
             continue  # repetitions without aggregates: keep the first
         rows[name] = b
@@ -38,20 +44,32 @@ def split(name):
     return (m.group(1), float(m.group(2))) if m else (name, None)
 
 
+def lookup(b, metric):
+    """The counter `metric`; 'prefix*' takes the first counter whose name starts with prefix."""
+    if metric.endswith("*"):
+        for k, v in b.items():
+            if k.startswith(metric[:-1]) and isinstance(v, (int, float)):
+                return v
+        return None
+    return b.get(metric)
+
+
 def table(rows, metrics):
-    cols = ["benchmark", "time"] + metrics
+    cols = ["benchmark", "time"] + [m.rstrip("*") for m in metrics]
     out = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for name, b in rows.items():
         t = "%.1f %s" % (b.get("real_time", float("nan")), b.get("time_unit", ""))
         vals = []
         for m in metrics:
-            v = b.get(m)
+            v = lookup(b, m)
             vals.append("" if v is None else ("%.1f" % v if abs(v) >= 10 else "%.3g" % v))
-        out.append("| " + " | ".join([name, t] + vals) + " |")
+        label = b.get("label", "")
+        shown = "%s (%s)" % (name, label) if label and len(label) < 60 else name
+        out.append("| " + " | ".join([shown, t] + vals) + " |")
     return "\n".join(out)
 
 
-def chart(context, rows, metric, out, title):
+def chart(context, rows, metric, out, title, force_bars=False):
     import matplotlib
 
     matplotlib.use("Agg")
@@ -62,7 +80,7 @@ def chart(context, rows, metric, out, title):
         if metric not in b:
             continue
         family, x = split(name)
-        if x is None:
+        if x is None or force_bars:
             bars[name] = b[metric]
         else:
             lines.setdefault(family, []).append((x, b[metric]))
@@ -97,7 +115,9 @@ def main():
     p.add_argument("--out", help="PNG or SVG file to write")
     p.add_argument("--title")
     p.add_argument("--table", action="store_true", help="print a markdown table")
-    p.add_argument("--columns", default="GB/s,%copy", help="counters in the table (comma-separated)")
+    p.add_argument("--bars", action="store_true", help="one bar per benchmark, even with a numeric argument")
+    p.add_argument("--columns", default="GB/s,%copy",
+                   help="counters in the table, comma-separated; 'prefix*' matches by prefix")
     a = p.parse_args()
     context, rows = load(a.json)
     if a.filter:
@@ -107,7 +127,7 @@ def main():
     if a.table:
         print(table(rows, [c for c in a.columns.split(",") if c]))
     if a.out:
-        chart(context, rows, a.metric, a.out, a.title)
+        chart(context, rows, a.metric, a.out, a.title, a.bars)
     if not a.table and not a.out:
         sys.exit("nothing to do: give --table and/or --out FILE")
 
