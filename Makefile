@@ -48,11 +48,7 @@ SELECTED    = $(if $(LESSON),$(filter lessons/$(LESSON)-%,$(LESSON_DIRS)),$(LESS
 
 run: build
 	@test -n "$(SELECTED)" || { echo "no lesson matches LESSON=$(LESSON)"; exit 2; }
-	@set -e; for d in $(SELECTED); do \
-	  n=$$(basename $$d | cut -c1-2); \
-	  echo "==================== $$(basename $$d) ===================="; \
-	  $(BUILD)/$$d/lesson$$n; \
-	done
+	@tools/run_lessons.sh $(BUILD) $(SELECTED)
 
 test: build
 	$(CTEST)

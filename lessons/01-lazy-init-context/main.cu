@@ -16,6 +16,7 @@
 #include <string>
 #include <thread>
 
+#include "common/headline.hpp"
 #include "common/cuda_check.hpp"
 #include "common/device.hpp"
 #include "common/driver_api.hpp"
@@ -217,6 +218,9 @@ int run(int device) {
   std::printf("\nSummary (host time): cudaGetDeviceCount %.1f ms (driver initialisation), cudaSetDevice %.1f ms "
               "(primary context), first kernel launch %.3f ms vs %.3f ms after\n",
               count_ms, set_ms, a1, a2);
+  course::add_headline("driver init %.0f ms, primary context %.0f ms, first launch %.2f ms (then %.3f ms)",
+                       count_ms, set_ms, a1, a2);
+  course::print_headline();
   return 0;
 }
 

@@ -20,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/headline.hpp"
 #include "common/cuda_check.hpp"
 #include "common/device.hpp"
 #include "common/memory.hpp"
@@ -199,8 +200,14 @@ void section_transfers(const Options& o, cudaStream_t stream) {
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     for (Direction dir : {Direction::host_to_device, Direction::device_to_host}) {
       std::printf("   %-15s %-4s %9.1f", to_string(kind), to_string(dir), alloc_ms);
-      for (std::size_t s : sizes)
-        std::printf(" %9.1f", measure_copy_gbps(host, device, s, dir, o.reps, stream));
+      for (std::size_t s : sizes) {
+        const double g = measure_copy_gbps(host, device, s, dir, o.reps, stream);
+        std::printf(" %9.1f", g);
+        if (dir == Direction::host_to_device && s == sizes.back() &&
+            (kind == HostKind::pinned || kind == HostKind::pageable)) {
+          course::add_headline("H2D %zu MiB %s %.1f GB/s", s / MiB, to_string(kind), g);
+        }
+      }
       std::printf("\n");
     }
     // Round trip through this kind: a pattern up, zeros over it on the host, the pattern back.
@@ -566,6 +573,7 @@ int main(int argc, char** argv) {
       return 1;
     }
     std::printf("\nAll checks passed.\n");
+    course::print_headline();
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%s: %s\n", argv[0], e.what());

@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "common/headline.hpp"
 #include "common/cuda_check.hpp"
 #include "common/device.hpp"
 #include "common/memory.hpp"
@@ -549,6 +550,8 @@ void section_occupancy(const Options& opt, Checks& checks) {
       ("grid-stride <<<" + std::to_string(cfg.grid.x) + ", " + std::to_string(cfg.block.x) + ">>>")
           .c_str(),
       ms, bytes / (ms * 1e6), 100.0 * bytes / (ms * 1e6) / copy_gbps);
+  course::add_headline("vector add (grid-stride) %.0f GB/s, %.0f%% of a device copy", bytes / (ms * 1e6),
+                       100.0 * bytes / (ms * 1e6) / copy_gbps);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -641,6 +644,7 @@ int main(int argc, char** argv) {
     section_occupancy(opt, checks);
     section_deployment(opt, checks);
     std::printf("\n%d of %d checks passed\n", checks.total - checks.failed, checks.total);
+    course::print_headline();
     return checks.failed == 0 ? 0 : 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%s: %s\n", argv[0], e.what());

@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "common/headline.hpp"
 #include "common/cuda_check.hpp"
 #include "common/device.hpp"
 #include "common/memory.hpp"
@@ -313,6 +314,8 @@ void part3_pipeline(const Options& o) {
               bound.ideal_ms - bound.longest_ms, bound.ideal_ms);
   std::printf("   speedup %.2fx of an ideal %.2fx: %.0f%% of the ideal speedup\n",
               p.total_ms > 0 ? s.total_ms / p.total_ms : 0.0, bound.ideal_speedup, pct_of_ideal);
+  course::add_headline("pipeline %.2fx faster than serial, %.0f%% of the ideal speedup",
+                       p.total_ms > 0 ? s.total_ms / p.total_ms : 0.0, pct_of_ideal);
   if (o.streams < 3)
     std::printf(
         "   (with fewer than 3 streams, at most %d chunks are in flight: the ideal assumes 3)\n",
@@ -487,6 +490,7 @@ int main(int argc, char** argv) {
       return 1;
     }
     std::printf("\nAll checks passed.\n");
+    course::print_headline();
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%s: %s\n", argv[0], e.what());
