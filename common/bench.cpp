@@ -80,6 +80,12 @@ int run_main(int argc, char** argv) {
     benchmark::AddCustomContext("compute_capability", info.compute_capability());
     benchmark::AddCustomContext("dram_theoretical_gbps", std::to_string(c.dram_theoretical_gbps));
     benchmark::AddCustomContext("d2d_copy_gbps", std::to_string(c.d2d_copy_gbps));
+    int driver = 0, runtime = 0;
+    CUDA_CHECK(cudaDriverGetVersion(&driver));
+    CUDA_CHECK(cudaRuntimeGetVersion(&runtime));
+    const auto version = [](int v) { return std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10); };
+    benchmark::AddCustomContext("cuda_driver_api", version(driver));
+    benchmark::AddCustomContext("cuda_runtime", version(runtime));
     benchmark::RunSpecifiedBenchmarks();
     benchmark::Shutdown();
     return 0;

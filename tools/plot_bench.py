@@ -54,6 +54,11 @@ def lookup(b, metric):
     return b.get(metric)
 
 
+def select(rows, regex):
+    """The rows whose name matches `regex` (all of them for an empty regex)."""
+    return OrderedDict((k, v) for k, v in rows.items() if not regex or re.search(regex, k))
+
+
 def table(rows, metrics):
     cols = ["benchmark", "time"] + [m.rstrip("*") for m in metrics]
     out = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
@@ -120,8 +125,7 @@ def main():
                    help="counters in the table, comma-separated; 'prefix*' matches by prefix")
     a = p.parse_args()
     context, rows = load(a.json)
-    if a.filter:
-        rows = OrderedDict((k, v) for k, v in rows.items() if re.search(a.filter, k))
+    rows = select(rows, a.filter)
     if not rows:
         sys.exit("no benchmarks in %s%s" % (a.json, " match " + a.filter if a.filter else ""))
     if a.table:

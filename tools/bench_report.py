@@ -1,0 +1,112 @@
+#!/usr/bin/env python3
+"""docs/benchmarks.md, the lessons' benchmark tables and the charts, from one `make bench` run.
+
+  make bench                                   # on the GPU: writes build/bench/lessonNN.json
+  tools/bench_report.py build/bench            # rewrites docs/benchmarks.md, the charts, and the
+                                               # tables under each README's H200-BENCH marker
+
+Which benchmarks and counters each lesson shows is decided here (LESSONS), once, so the README
+tables and docs/benchmarks.md cannot disagree. Needs matplotlib for the charts.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import plot_bench  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# lesson: (folder, [(caption, filter regex, counters)], [(png name, filter, metric, bars, title)])
+LESSONS = {
+    "02": ("02-memory-types",
+           [("Host-device copies at 4 KiB, 1 MiB and 256 MiB; allocation; preprocessing inputs; "
+             "the transposes against cudaMemcpy", r"transfer/.*/(4096|1048576|268435456)$|transpose|alloc|preprocess",
+             "GB/s,%memcpy,%copy,bank_ways")],
+           [("transfers_h200.png", r"^transfer/", "GB/s", False, "Host<->device copies (GB/s)")]),
+    "03": ("03-kernels-and-warps", [("Every benchmark", "", "GB/s,%copy,%thrust,occupancy%,Gsteps/s")], []),
+    "04": ("04-streams", [("Every benchmark", "", "GB/s,speedup,%ideal,us/frame,%streams")], []),
+    "05": ("05-reduction",
+           [("Every version at 2^28 floats (1 GiB)", r"BM_sum_version|BM_cub_sum/268435456|thrust", "GB/s,%cub*,%copy"),
+            ("The best version (v7) and CUB by size", r"BM_cub_sum|BM_sum_best", "GB/s,%cub*")],
+           [("versions_h200.png", r"BM_sum_version|BM_cub_sum/268435456|thrust", "GB/s", True,
+             "Sum of 2^28 floats (GB/s)"),
+            ("sweep_h200.png", r"BM_cub_sum|BM_sum_best", "GB/s", False, "v7 and CUB by size (GB/s)")]),
+    "06": ("06-affine-warp", [("Every benchmark", "", "GB/s,%copy,%unfused,frames/s,x_cpu")], []),
+    "07": ("07-gemm",
+           [("Every version at 4096^3, the tensor cores, the fused epilogue", r"^all_versions|tensor|epilogue",
+             "TFLOP/s,%cublas,%cublas_tf32,%peak"),
+            ("The best version (v8) and cuBLAS by size", r"^sweep", "TFLOP/s,%cublas,%peak")],
+           [("versions_h200.png", r"^all_versions|tensor_cores", "TFLOP/s", False, "SGEMM 4096^3 (TFLOP/s)"),
+            ("sweep_h200.png", r"^sweep", "TFLOP/s", False, "v8 and cuBLAS SGEMM by size (TFLOP/s)")]),
+    "08": ("08-postprocess", [("Every benchmark", "", "%budget,%cpu*,candidates,detections,kept")], []),
+}
+
+
+def run_line(context, lesson):
+    return ("`make bench LESSON=%s` (Google Benchmark, `--benchmark_min_time=0.05`, median of 5 "
+            "repetitions of CUDA-event time) on an %s (compute capability %s), CUDA driver API %s, "
+            "runtime %s, %s. Device-to-device cudaMemcpy in the same run: %.0f GB/s (theoretical "
+            "DRAM bandwidth %.0f GB/s)." % (
+                lesson, context.get("device", "?"), context.get("compute_capability", "?"),
+                context.get("cuda_driver_api", "?"), context.get("cuda_runtime", "?"),
+                context.get("date", "?")[:10], float(context.get("d2d_copy_gbps", "nan")),
+                float(context.get("dram_theoretical_gbps", "nan"))))
+
+
+def lesson_block(lesson, context, rows, chart_prefix):
+    folder, tables, charts = LESSONS[lesson]
+    out = [run_line(context, lesson), ""]
+    for caption, flt, cols in tables:
+        sel = plot_bench.select(rows, flt)
+        out += ["%s:" % caption, "", plot_bench.table(sel, [c for c in cols.split(",") if c]), ""]
+    for png, _, _, _, title in charts:
+        out += ["![%s](%s%s)" % (title, chart_prefix, png), ""]
+    return "\n".join(out).rstrip("\n")
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("json_dir", help="folder with lessonNN.json (make bench writes build/bench)")
+    p.add_argument("--no-readmes", action="store_true", help="leave the lesson READMEs alone")
+    a = p.parse_args()
+    doc = ["# Benchmarks", "",
+           "Every lesson's benchmark from one `make bench` run, with the library baseline and the "
+           "hardware ceiling beside each figure. Regenerate everything here (tables, charts, and the "
+           "tables in the lesson READMEs) from your own run with:", "",
+           "```bash", "make bench                        # on your GPU; writes build/bench/lessonNN.json",
+           "tools/bench_report.py build/bench  # rewrites this page, the charts and the README tables",
+           "```", "",
+           "Counters: `GB/s` = 1e9 bytes per second; `%copy` = that rate over the device-to-device "
+           "`cudaMemcpy` rate of the same run (which counts bytes read and written); `%cub`, `%cublas`, "
+           "`%thrust`, `%memcpy`, `%unfused`, `%streams` = the library or simpler baseline's time over "
+           "this one's (x100); `%peak` = over the FP32 peak from SM count x 128 lanes x 2 x boost "
+           "clock; `%budget` = the time as a share of the lesson's target; `%cpu` = the CPU "
+           "reference's time over this one's (x100).", ""]
+    for lesson, (folder, _, charts) in LESSONS.items():
+        path = os.path.join(a.json_dir, "lesson%s.json" % lesson)
+        title = "## Lesson %s: %s" % (lesson, folder[3:].replace("-", " "))
+        if not os.path.exists(path):
+            doc += [title, "", "(no %s in this run)" % path, ""]
+            continue
+        context, rows = plot_bench.load(path)
+        lesson_dir = os.path.join(ROOT, "lessons", folder)
+        for png, flt, metric, bars, ctitle in charts:
+            plot_bench.chart(context, plot_bench.select(rows, flt), metric, os.path.join(lesson_dir, png),
+                             "%s on an %s" % (ctitle, context.get("device", "?")), bars)
+        doc += [title, "", "[lesson README](../lessons/%s/README.md)" % folder, "",
+                lesson_block(lesson, context, rows, "../lessons/%s/" % folder), ""]
+        if not a.no_readmes:
+            block = lesson_block(lesson, context, rows, "")
+            subprocess.run([sys.executable, os.path.join(ROOT, "tools", "readme_insert.py"),
+                            os.path.join(lesson_dir, "README.md"), "H200-BENCH: lesson%s" % lesson, "-", "--raw"],
+                           input=block, text=True, check=True)
+    with open(os.path.join(ROOT, "docs", "benchmarks.md"), "w") as f:
+        f.write("\n".join(doc).rstrip("\n") + "\n")
+    print("wrote docs/benchmarks.md")
+
+
+if __name__ == "__main__":
+    main()
