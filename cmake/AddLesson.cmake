@@ -1,4 +1,4 @@
-# add_lesson(): the lesson contract (../DESIGN.md) as one CMake call, made in lessons/NN-name/.
+# add_lesson(): the lesson contract (one folder, one call; see README.md) made in lessons/NN-name/.
 #
 #   add_lesson(
 #     SOURCES       reduction.cu            # the lesson's code: kernels + launchers (+ solutions)
@@ -19,7 +19,8 @@
 #   NN/cpu                   CPU tests                                  [cpu]
 #   NN/gpu                   [gpu] tests; skipped (exit 77) with no GPU [gpu]
 #   NN/stubs-fail/exK        passes only if exercise K's tests FAIL on the stubs, proving the
-#                            tests can fail; GPU exercises are skipped with no GPU
+#                            tests can fail; GPU exercises are skipped with no GPU, and all of
+#                            them once you have edited exercise.cu (cmake/stubs_fail.sh)
 #                                                                       [exercise] (+[gpu])
 function(add_lesson)
   cmake_parse_arguments(L "" "" "SOURCES;TESTS;EXERCISES;GPU_EXERCISES;LIBS;BENCH" ${ARGN})
@@ -64,7 +65,10 @@ function(add_lesson)
       set(require --require-gpu)
       list(APPEND labels gpu)
     endif()
-    add_test(NAME ${nn}/stubs-fail/${ex} COMMAND ${p}_exercise_tests ${require} "[${ex}]")
+    add_test(NAME ${nn}/stubs-fail/${ex}
+             COMMAND sh "${PROJECT_SOURCE_DIR}/cmake/stubs_fail.sh"
+                     "${CMAKE_CURRENT_SOURCE_DIR}/exercise.cu"
+                     $<TARGET_FILE:${p}_exercise_tests> ${require} "[${ex}]")
     # Catch2 ends with "test cases: N | M failed" (v2 and v3): at least one must fail. A crash
     # prints no summary, so it does not count as the stub failing properly.
     set_tests_properties(${nn}/stubs-fail/${ex} PROPERTIES

@@ -1,5 +1,5 @@
 // Letterbox geometry, shared by lesson 06 (the preprocessing warp) and lesson 08 (boxes back to
-// the source image). The conventions are the course's (DESIGN.md, "Semantics"):
+// the source image). The conventions, which both lessons and their tests follow:
 //   s     = min(dst_w / src_w, dst_h / src_h)                   the image keeps its aspect ratio
 //   pad_x = (dst_w - s * src_w) / 2,  pad_y = (dst_h - s * src_h) / 2   centred; continuous,
 //           not rounded (YOLOv5's Python letterbox rounds to whole pixels: whichever you pick,
