@@ -60,13 +60,14 @@ check: configure
 	$(BUILD)/$(SELECTED)/lesson$(LESSON)_exercise_tests
 
 bench: build
+	@test -n "$(SELECTED)" || { echo "no lesson matches LESSON=$(LESSON)"; exit 2; }
 	@mkdir -p $(BUILD)/bench
 	@set -e; found=0; for d in $(SELECTED); do \
 	  n=$$(basename $$d | cut -c1-2); b=$(BUILD)/$$d/lesson$${n}_bench; \
 	  [ -x $$b ] || continue; found=1; \
 	  echo "==================== $$(basename $$d) benchmark ===================="; \
 	  $$b $(BENCH_ARGS) --benchmark_out=$(BUILD)/bench/lesson$$n.json --benchmark_out_format=json; \
-	done; [ $$found = 1 ] || echo "no benchmarks built (is libbenchmark-dev installed?)"
+	done; [ $$found = 1 ] || echo "no benchmark here: lesson 01 has none, and the others need Google Benchmark (libbenchmark-dev) at configure time"
 
 # memcheck on every GPU test; racecheck too (it only reports on kernels using shared memory).
 # Tests tagged [provokes-error] make CUDA fail on purpose (an impossible cudaMalloc, an invalid
@@ -74,10 +75,13 @@ bench: build
 # every call is checked by CUDA_CHECK, so an unexpected API error already fails its test; the
 # sanitizer's job here is memory access and races.
 sanitize: build
+	@test -n "$(SELECTED)" || { echo "no lesson matches LESSON=$(LESSON)"; exit 2; }
+	@command -v compute-sanitizer >/dev/null || { echo "compute-sanitizer not found: it ships with the CUDA toolkit (<cuda>/bin; Debian/Ubuntu package cuda-sanitizer-NN)"; exit 2; }
 	@set -e; for tool in memcheck racecheck; do \
-	  for t in $(BUILD)/tests/common_tests $(foreach d,$(SELECTED),$(BUILD)/$(d)/lesson$(shell basename $(d) | cut -c1-2)_tests); do \
+	  for t in $(if $(LESSON),,$(BUILD)/tests/common_tests) $(foreach d,$(SELECTED),$(BUILD)/$(d)/lesson$(shell basename $(d) | cut -c1-2)_tests); do \
 	    echo "==================== compute-sanitizer --tool $$tool $$t ===================="; \
-	    compute-sanitizer --tool $$tool --report-api-errors no --error-exitcode 1 $$t --require-gpu "[gpu]~[provokes-error]"; \
+	    rc=0; compute-sanitizer --tool $$tool --report-api-errors no --error-exitcode 1 $$t --require-gpu "[gpu]~[provokes-error]" || rc=$$?; \
+	    [ $$rc = 77 ] && { echo "no usable GPU: nothing to sanitize"; exit 2; }; [ $$rc = 0 ] || exit $$rc; \
 	  done; \
 	done
 

@@ -91,7 +91,7 @@ CUcontext run_in_new_context(int device, F&& fn);
 class OwnContext {
  public:
   explicit OwnContext(int device);  // cuCtxCreate: the new context is also made current
-  ~OwnContext();                    // pops it if it is still current, then cuCtxDestroy
+  ~OwnContext();                    // cuCtxDestroy, which also pops it if it is current
   OwnContext(const OwnContext&) = delete;
   OwnContext& operator=(const OwnContext&) = delete;
   CUcontext get() const noexcept { return ctx_; }

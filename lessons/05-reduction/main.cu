@@ -126,8 +126,9 @@ void sum_every_version(const Options& o, cudaStream_t stream) {
     exact += x;
     abs_sum += std::fabs(x);
   }
-  // The error column shows how far from the exact sum each version lands, in units of
-  // u * sum|x|: a long chain of additions (v0) drifts much further than a shallow tree.
+  // The error column shows how far from the exact sum each version lands, relative to the sum,
+  // in units of u = 2^-24 (1 = the rounding of a single float): a long chain of additions (v0)
+  // drifts much further than a shallow tree.
   // The pass/fail line: Higham's bound for each version's addition-tree height h (see
   // reduction::summation_tree_height). A chain as long as v0's (h = n) has no useful bound once
   // n u >= 1: then only the error column is shown.
@@ -137,7 +138,7 @@ void sum_every_version(const Options& o, cudaStream_t stream) {
   };
   std::printf("   double-precision CPU sum %.6f; sum|x| %.1f\n\n", exact, abs_sum);
   std::printf("   %-38s %9s %8s %6s %16s %14s\n", "version", "ms", "GB/s", "%cub", "sum",
-              "err/(u sum|x|)");
+              "err/(u |sum|)");
 
   course::DeviceBuffer<float> out(1);
   course::DeviceBuffer<unsigned char> cub_temp;
@@ -147,7 +148,7 @@ void sum_every_version(const Options& o, cudaStream_t stream) {
   const auto row = [&](const char* name, int version, float ms, float result) {
     const double err = std::fabs(result - exact);
     std::printf("   %-38s %9.3f %8.0f %5.0f%% %16.6f %14.2f\n", name, ms, bytes / (ms * 1e-3) / 1e9,
-                100.0 * cub_ms / ms, result, err / (kU * abs_sum));
+                100.0 * cub_ms / ms, result, err / (kU * std::fabs(exact)));
     if (bound(version) >= 0.0) check(err <= bound(version), name);
     if (name[0] == '0' + reduction::kBestVersion && name[1] == ' ') {
       course::add_headline("v%d %.0f GB/s, %.0f%% of CUB at n = %zu", reduction::kBestVersion,
