@@ -11,14 +11,15 @@ namespace lesson02 {
 
 // ---------------------------------------------------------------- Exercise 1: classify a pointer
 //
+// clang-format off
 // 1a. Map cudaPointerAttributes::type to a MemoryKind:
-//       cudaMemoryTypeUnregistered -> pageable      (plain malloc/new/std::vector memory)
-//       cudaMemoryTypeHost         -> pinned_host   (cudaHostAlloc, cudaMallocHost,
-//       cudaHostRegister) cudaMemoryTypeDevice       -> device        (cudaMalloc, cudaMallocPitch,
-//       cudaMallocAsync,
-//                                                    __device__ / __constant__ symbols)
-//       cudaMemoryTypeManaged      -> managed       (cudaMallocManaged)
+//       cudaMemoryTypeUnregistered -> pageable    (plain malloc/new/std::vector memory)
+//       cudaMemoryTypeHost         -> pinned_host (cudaHostAlloc, cudaMallocHost, cudaHostRegister)
+//       cudaMemoryTypeDevice       -> device      (cudaMalloc, cudaMallocPitch, cudaMallocAsync,
+//                                                  __device__ / __constant__ symbols)
+//       cudaMemoryTypeManaged      -> managed     (cudaMallocManaged)
 //     and throw std::invalid_argument for anything else (a cast int that is none of these).
+// clang-format on
 MemoryKind memory_kind_from(const cudaPointerAttributes& attributes) {
   (void)attributes;
   throw std::logic_error("TODO(exercise 1a): map attributes.type to a MemoryKind");

@@ -251,8 +251,8 @@ TEST_CASE("plan_roi_copy: offset, pitch and width in bytes of a ROI", "[ex2]") {
 TEST_CASE("plan_roi_copy rejects ROIs outside the image and invalid images", "[ex2]") {
   std::vector<std::uint8_t> storage(2048 * 479);
   const HostImageView bgr{storage.data(), 641, 479, 3, 2048};
-  CHECK_THROWS_WITH(plan_roi_copy(bgr, {600, 0, 42, 1}), Contains("inside"));
-  CHECK_THROWS_WITH(plan_roi_copy(bgr, {0, 470, 1, 10}), Contains("inside"));
+  CHECK_THROWS_AS(plan_roi_copy(bgr, {600, 0, 42, 1}), std::invalid_argument);
+  CHECK_THROWS_AS(plan_roi_copy(bgr, {0, 470, 1, 10}), std::invalid_argument);
   CHECK_THROWS_AS(plan_roi_copy(bgr, {-1, 0, 1, 1}), std::invalid_argument);
   CHECK_THROWS_AS(plan_roi_copy(bgr, {0, 0, -1, 1}), std::invalid_argument);
   CHECK_THROWS_AS(plan_roi_copy(bgr, {INT_MAX, 0, 1, 1}),
@@ -264,10 +264,10 @@ TEST_CASE("plan_roi_copy rejects ROIs outside the image and invalid images", "[e
 TEST_CASE("upload_roi rejects bad input before copying anything", "[ex2]") {
   PitchedImage none;
   const HostImageView null_image{nullptr, 4, 4, 1, 4};
-  CHECK_THROWS_WITH(upload_roi(null_image, {0, 0, 2, 2}, none, nullptr), Contains("non-null data"));
+  CHECK_THROWS_AS(upload_roi(null_image, {0, 0, 2, 2}, none, nullptr), std::invalid_argument);
   std::vector<std::uint8_t> pixels(16);
   const HostImageView image{pixels.data(), 4, 4, 1, 4};
-  CHECK_THROWS_WITH(upload_roi(image, {0, 0, 2, 2}, none, nullptr), Contains("destination"));
+  CHECK_THROWS_AS(upload_roi(image, {0, 0, 2, 2}, none, nullptr), std::invalid_argument);
   CHECK_NOTHROW(upload_roi(image, {1, 1, 0, 0}, none, nullptr));  // empty ROI, empty destination
 }
 
@@ -282,7 +282,6 @@ TEST_CASE("memory_kind_from maps every cudaMemoryType", "[ex1]") {
   a.type = cudaMemoryTypeManaged;
   CHECK(memory_kind_from(a) == MemoryKind::managed);
   a.type = static_cast<cudaMemoryType>(42);
-  CHECK_THROWS_WITH(memory_kind_from(a), Contains("42"));
   CHECK_THROWS_AS(memory_kind_from(a), std::invalid_argument);
 }
 
@@ -294,9 +293,9 @@ TEST_CASE("upload_via_staging: 0 bytes is a no-op; an empty staging buffer is re
   StagingBuffer empty;
   CHECK_NOTHROW(upload_via_staging(nullptr, nullptr, 0, empty, nullptr));
   const std::vector<unsigned char> src(16);
-  CHECK_THROWS_WITH(
+  CHECK_THROWS_AS(
       upload_via_staging(src.data(), fake_pointer<void>(0x1000), src.size(), empty, nullptr),
-      Contains("StagingBuffer"));
+      std::invalid_argument);
 }
 
 // ====================================================================================== GPU tests

@@ -298,10 +298,9 @@ struct SmLimits {
   int smem_per_block_optin = 0;     // bytes a block may opt in to (227 KiB on sm_90)
   int reserved_smem_per_block = 0;  // bytes the driver keeps per block (1 KiB from sm_80 on)
   // Not exposed as device attributes; the values of the CUDA Occupancy Calculator for sm_75+:
-  int reg_alloc_unit = 256;  // registers are given to a warp in units of 256
-  int smem_alloc_unit =
-      128;                 // bytes; shared memory is given to a block in these units (256 on 7.x)
-  int sub_partitions = 4;  // an SM is 4 sub-partitions, each with a quarter of the registers
+  int reg_alloc_unit = 256;   // registers are given to a warp in units of 256
+  int smem_alloc_unit = 128;  // bytes a block's shared memory is rounded up to (256 on 7.x)
+  int sub_partitions = 4;     // an SM is 4 sub-partitions, each with a quarter of the registers
 };
 SmLimits sm_limits(int device = 0);  // throws CudaError
 

@@ -172,8 +172,7 @@ TEST_CASE("pipeline_bound equals a direct simulation of three engines", "[bound]
 }
 
 TEST_CASE("pipeline_bound rejects bad arguments", "[bound][ex1]") {
-  CHECK_THROWS_WITH(cs::pipeline_bound(cs::StageTimes{1, 1, 1}, 0),
-                    Contains("chunks must be >= 1"));
+  CHECK_THROWS_AS(cs::pipeline_bound(cs::StageTimes{1, 1, 1}, 0), std::invalid_argument);
   CHECK_THROWS_AS(cs::pipeline_bound(cs::StageTimes{-1, 1, 1}, 4), std::invalid_argument);
   CHECK_THROWS_AS(cs::pipeline_bound(cs::StageTimes{1, 1, -0.5}, 4), std::invalid_argument);
 }
@@ -560,8 +559,8 @@ TEST_CASE("capture_pipeline rejects pageable memory and leaves the pipeline usab
   std::vector<std::uint32_t> pageable = random_input(n, 8);
   const auto expected = cpu_reference(pageable, 1);
   cs::Pipeline pipeline({n, 4, 2, 1, 1});
-  CHECK_THROWS_WITH(cs::capture_pipeline(pipeline, pageable.data(), pageable.data()),
-                    Contains("pinned"));
+  CHECK_THROWS_AS(cs::capture_pipeline(pipeline, pageable.data(), pageable.data()),
+                  std::invalid_argument);
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusActive;
   CUDA_CHECK(cudaStreamIsCapturing(pipeline.origin(), &status));
   CHECK(status == cudaStreamCaptureStatusNone);

@@ -15,12 +15,12 @@
 //   v4 letterbox_v4_batched     v3 for a batch of frames of different sizes into one NCHW
 //                               tensor, one launch per 32 frames (descriptors as kernel parameters)
 //
-// Semantics (the course's DESIGN.md, "Semantics"): s = min(dst_w/src_w, dst_h/src_h); the image
-// is centred; padding 114; destination pixel centres map to source pixel centres (the
-// half-pixel terms); bilinear with a constant border. The sampling reproduces OpenCV's
-// fixed-point cv::warpAffine (INTER_LINEAR, BORDER_CONSTANT) exactly: source positions on a
-// 1/32-pixel grid, integer weights. The oracle is cv::warpAffine with the matrix
-// letterbox_matrix() returns; the tolerance is 1 grey level on uint8 output.
+// Semantics (the letterbox geometry is common/letterbox.cuh's, see its header comment):
+// s = min(dst_w/src_w, dst_h/src_h); the image is centred; padding 114; destination pixel
+// centres map to source pixel centres (the half-pixel terms); bilinear with a constant border.
+// The sampling reproduces OpenCV's fixed-point cv::warpAffine (INTER_LINEAR, BORDER_CONSTANT)
+// exactly: source positions on a 1/32-pixel grid, integer weights. The oracle is cv::warpAffine
+// with the matrix letterbox_matrix() returns; the tolerance is 1 grey level on uint8 output.
 #pragma once
 
 #include <cuda_fp16.h>

@@ -5,7 +5,7 @@
 // exercise 3 (defined out of line there); here it is inline, because the decode kernel calls it
 // from device code.
 //
-// Conventions (../../shared/DESIGN.md, "Semantics"):
+// Conventions (the same as in common/letterbox.cuh's header comment):
 //   s     = min(dst_w / src_w, dst_h / src_h)
 //   pad_x = (dst_w - s * src_w) / 2,  pad_y = (dst_h - s * src_h) / 2   (continuous, NOT rounded)
 //   forward:  u_dst = s * u_src + pad

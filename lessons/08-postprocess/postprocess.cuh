@@ -23,9 +23,9 @@
 //   nms_v2_reduce_kernel       ...then one block walks the masks in score order on the GPU
 //   softmax_kernel, topk       the classification head
 //
-// Semantics (../../shared/DESIGN.md, "Semantics"): IoU in continuous coordinates, no "+1"; a
-// candidate is kept when score > conf_threshold; NMS is greedy, class-aware by default, in order
-// of (score desc, index asc), and suppresses when IoU > iou_threshold (strictly). GPU results
+// Semantics (README.md explains them; the tests pin them): IoU in continuous coordinates, no
+// "+1"; a candidate is kept when score > conf_threshold; NMS is greedy, class-aware by default, in
+// order of (score desc, index asc), and suppresses when IoU > iou_threshold (strictly). GPU results
 // equal the CPU reference (reference.cpp) exactly: the per-element functions below are shared
 // by both, and written so that the device rounds exactly like the host (no FMA contraction).
 #pragma once
@@ -310,9 +310,9 @@ std::vector<Detection> nms_gpu(const std::vector<Detection>& boxes, float iou_th
 // Sorts into NMS order: score desc, index asc.
 void sort_for_nms(std::vector<Detection>& boxes);
 
-// Greedy NMS (DESIGN.md): in NMS order, keep a box unless a kept box of the same class (any
-// kept box when class_agnostic) has IoU > iou_threshold with it. Returns the kept boxes in NMS
-// order. Equal to cv::dnn::NMSBoxes run per class (the tests check it).
+// Greedy NMS (the semantics at the top of this file): in NMS order, keep a box unless a kept box
+// of the same class (any kept box when class_agnostic) has IoU > iou_threshold with it. Returns
+// the kept boxes in NMS order. Equal to cv::dnn::NMSBoxes run per class (the tests check it).
 std::vector<Detection> nms_cpu(std::vector<Detection> boxes, float iou_threshold,
                                bool class_agnostic);
 

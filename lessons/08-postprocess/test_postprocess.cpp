@@ -534,7 +534,7 @@ TEST_CASE("Bad input is rejected with a clear error, before any GPU work", "[arg
 
 TEST_CASE("topk_rows rejects bad shapes before touching the GPU", "[ex4]") {
   CHECK_THROWS_AS(topk_rows(nullptr, 1, 10, 0, nullptr, nullptr, nullptr), std::invalid_argument);
-  CHECK_THROWS_WITH(topk_rows(nullptr, 1, 10, 11, nullptr, nullptr, nullptr), Contains("k <= min(cols"));
+  CHECK_THROWS_AS(topk_rows(nullptr, 1, 10, 11, nullptr, nullptr, nullptr), std::invalid_argument);
   CHECK_THROWS_AS(topk_rows(nullptr, 1, 100, kMaxTopK + 1, nullptr, nullptr, nullptr), std::invalid_argument);
   CHECK_THROWS_AS(topk_rows(nullptr, -1, 10, 1, nullptr, nullptr, nullptr), std::invalid_argument);
   CHECK_THROWS_AS(topk_rows(nullptr, 1, 0, 1, nullptr, nullptr, nullptr), std::invalid_argument);
