@@ -88,7 +88,7 @@ bool takes_value(const std::string& opt) {
 }
 
 // With no GPU, every test spec gets "~[gpu]" ANDed to each of its comma-separated alternatives
-// ("[ex1]" -> "[ex1]~[gpu]"); with no spec at all, the spec is "~[gpu]".
+// ("[ex1]" -> "[ex1]~[gpu]", "name*" -> "\"name*\"~[gpu]"); with no spec at all, it is "~[gpu]".
 std::vector<std::string> exclude_gpu_tests(const std::vector<char*>& args) {
   std::vector<std::string> out;
   bool any_spec = false, value_next = false;
@@ -98,12 +98,17 @@ std::vector<std::string> exclude_gpu_tests(const std::vector<char*>& args) {
     value_next = !value_next && a[0] == '-' && a.find('=') == std::string::npos && takes_value(a);
     if (is_spec) {
       any_spec = true;
+      // A name pattern must be quoted to be followed by a tag: "name*"~[gpu].
+      const auto exclude = [](const std::string& alt) {
+        const bool quoted = !alt.empty() && (alt[0] == '[' || alt[0] == '~' || alt[0] == '"');
+        return (quoted ? alt : "\"" + alt + "\"") + "~[gpu]";
+      };
       std::string spec;
       std::size_t start = 0;
       for (std::size_t comma; (comma = a.find(',', start)) != std::string::npos; start = comma + 1) {
-        spec += a.substr(start, comma - start) + "~[gpu],";
+        spec += exclude(a.substr(start, comma - start)) + ",";
       }
-      a = spec + a.substr(start) + "~[gpu]";
+      a = spec + exclude(a.substr(start));
     }
     out.push_back(a);
   }
