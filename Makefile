@@ -69,7 +69,8 @@ bench: build
 	  $$b $(BENCH_ARGS) --benchmark_out=$(BUILD)/bench/lesson$$n.json --benchmark_out_format=json; \
 	done; [ $$found = 1 ] || echo "no benchmark here: lesson 01 has none, and the others need Google Benchmark (libbenchmark-dev) at configure time"
 
-# memcheck on every GPU test; racecheck too (it only reports on kernels using shared memory).
+# memcheck, racecheck (shared-memory hazards), synccheck (barriers) and initcheck (reads of
+# uninitialised device memory) on every GPU test.
 # Tests tagged [provokes-error] make CUDA fail on purpose (an impossible cudaMalloc, an invalid
 # launch, a kernel that faults in a child process) and are left out. --report-api-errors no:
 # every call is checked by CUDA_CHECK, so an unexpected API error already fails its test; the
@@ -77,7 +78,7 @@ bench: build
 sanitize: build
 	@test -n "$(SELECTED)" || { echo "no lesson matches LESSON=$(LESSON)"; exit 2; }
 	@command -v compute-sanitizer >/dev/null || { echo "compute-sanitizer not found: it ships with the CUDA toolkit (<cuda>/bin; Debian/Ubuntu package cuda-sanitizer-NN)"; exit 2; }
-	@set -e; for tool in memcheck racecheck; do \
+	@set -e; for tool in memcheck racecheck synccheck initcheck; do \
 	  for t in $(if $(LESSON),,$(BUILD)/tests/common_tests) $(foreach d,$(SELECTED),$(BUILD)/$(d)/lesson$(shell basename $(d) | cut -c1-2)_tests); do \
 	    echo "==================== compute-sanitizer --tool $$tool $$t ===================="; \
 	    rc=0; compute-sanitizer --tool $$tool --report-api-errors no --error-exitcode 1 $$t --require-gpu "[gpu]~[provokes-error]" || rc=$$?; \
