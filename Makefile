@@ -15,6 +15,8 @@ BUILD      ?= build
 CMAKE_ARGS ?=
 JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 LESSON     ?=
+# LESSON=3 means lesson 03.
+override LESSON := $(if $(LESSON),$(shell printf '%02d' '$(LESSON)' 2>/dev/null || printf '%s' '$(LESSON)'),)
 # Google Benchmark flags for make bench: each benchmark runs at least 0.05 s of GPU time per
 # repetition (the harness asks for 5 repetitions and reports their median).
 BENCH_ARGS ?= --benchmark_min_time=0.05
@@ -26,7 +28,7 @@ CTEST      := ctest --test-dir $(BUILD) --output-on-failure
 PACKAGES := build-essential cmake ninja-build catch2 libopencv-dev libbenchmark-dev libstb-dev python3
 SUDO     := $(if $(filter 0,$(shell id -u)),,sudo)
 
-.PHONY: all deps configure build run test check bench sanitize clean
+.PHONY: all deps configure build run test check bench sanitize clean lesson-given lesson-selected
 
 all: build
 
@@ -46,21 +48,24 @@ build: configure
 LESSON_DIRS = $(sort $(wildcard lessons/[0-9][0-9]-*))
 SELECTED    = $(if $(LESSON),$(filter lessons/$(LESSON)-%,$(LESSON_DIRS)),$(LESSON_DIRS))
 
-run: build
-	@test -n "$(SELECTED)" || { echo "no lesson matches LESSON=$(LESSON)"; exit 2; }
+# Say so before building anything when LESSON is missing or names no lesson.
+lesson-given:
+	@test -n "$(LESSON)" || { echo "usage: make check LESSON=NN (e.g. LESSON=01)"; exit 2; }
+
+lesson-selected:
+	@test -n "$(SELECTED)" || { echo "no lesson matches LESSON=$(LESSON) (lessons: $(notdir $(LESSON_DIRS)))"; exit 2; }
+
+run: lesson-selected build
 	@tools/run_lessons.sh $(BUILD) $(SELECTED)
 
 test: build
 	$(CTEST)
 
-check: configure
-	@test -n "$(LESSON)" || { echo "usage: make check LESSON=NN (e.g. LESSON=01)"; exit 2; }
-	@test -n "$(SELECTED)" || { echo "no lesson matches LESSON=$(LESSON)"; exit 2; }
+check: lesson-given lesson-selected configure
 	cmake --build $(BUILD) -j $(JOBS) --target lesson$(LESSON)_exercise_tests
 	$(BUILD)/$(SELECTED)/lesson$(LESSON)_exercise_tests
 
-bench: build
-	@test -n "$(SELECTED)" || { echo "no lesson matches LESSON=$(LESSON)"; exit 2; }
+bench: lesson-selected build
 	@mkdir -p $(BUILD)/bench
 	@set -e; found=0; for d in $(SELECTED); do \
 	  n=$$(basename $$d | cut -c1-2); b=$(BUILD)/$$d/lesson$${n}_bench; \
@@ -75,8 +80,7 @@ bench: build
 # launch, a kernel that faults in a child process) and are left out. --report-api-errors no:
 # every call is checked by CUDA_CHECK, so an unexpected API error already fails its test; the
 # sanitizer's job here is memory access and races.
-sanitize: build
-	@test -n "$(SELECTED)" || { echo "no lesson matches LESSON=$(LESSON)"; exit 2; }
+sanitize: lesson-selected build
 	@command -v compute-sanitizer >/dev/null || { echo "compute-sanitizer not found: it ships with the CUDA toolkit (<cuda>/bin; Debian/Ubuntu package cuda-sanitizer-NN)"; exit 2; }
 	@set -e; for tool in memcheck racecheck synccheck initcheck; do \
 	  for t in $(if $(LESSON),,$(BUILD)/tests/common_tests) $(foreach d,$(SELECTED),$(BUILD)/$(d)/lesson$(shell basename $(d) | cut -c1-2)_tests); do \
