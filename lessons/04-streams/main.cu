@@ -459,8 +459,14 @@ int main(int argc, char** argv) {
       return 0;
     }
   }
+  Options opts;
   try {
-    const Options opts = parse_options(argc, argv);
+    opts = parse_options(argc, argv);
+  } catch (const std::invalid_argument& e) {  // a usage error: exit 2, as every lesson binary does
+    std::fprintf(stderr, "%s: %s\n", argv[0], e.what());
+    return 2;
+  }
+  try {
     if (!course::require_device(argv[0])) return 1;
     const course::DeviceInfo info = course::query_device(0);
     int copy_engines = 0, concurrent = 0;

@@ -77,6 +77,8 @@ Options parse(int argc, char** argv) {
         if (value == 0 || value > 1000) throw std::invalid_argument("--reps expects 1..1000");
         o.reps = static_cast<int>(value);
       }
+    } else if (!arg.empty() && arg[0] == '-') {
+      throw std::invalid_argument("unknown option '" + arg + "' (see --help)");
     } else {
       const std::size_t v = parse_count("VERSION", argv[i]);
       if (v >= reduction::versions().size()) {
@@ -304,8 +306,14 @@ void deployment_uses(cudaStream_t stream) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  Options o;
   try {
-    const Options o = parse(argc, argv);
+    o = parse(argc, argv);
+  } catch (const std::invalid_argument& e) {  // a usage error: exit 2, as every lesson binary does
+    std::fprintf(stderr, "%s: %s\n", argv[0], e.what());
+    return 2;
+  }
+  try {
     if (o.help) {
       print_usage(argv[0]);
       return 0;

@@ -359,8 +359,14 @@ int main(int argc, char** argv) {
       return 0;
     }
   }
+  Options opt;
   try {
-    const Options opt = parse(argc, argv);
+    opt = parse(argc, argv);
+  } catch (const std::invalid_argument& e) {  // a usage error: exit 2, as every lesson binary does
+    std::fprintf(stderr, "%s: %s\n", argv[0], e.what());
+    return 2;
+  }
+  try {
     if (!course::require_device(argv[0])) return 1;
     return run(opt);
   } catch (const std::exception& e) {
