@@ -15,8 +15,8 @@ BUILD      ?= build
 CMAKE_ARGS ?=
 JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 LESSON     ?=
-# LESSON=3 means lesson 03.
-override LESSON := $(if $(LESSON),$(shell printf '%02d' '$(LESSON)' 2>/dev/null || printf '%s' '$(LESSON)'),)
+# LESSON=3 means lesson 03, as do 03 and 003. (Not printf '%02d': it reads 08 as a bad octal.)
+override LESSON := $(if $(LESSON),$(shell echo '$(LESSON)' | sed -E 's/^0*([0-9])$$/0\1/; s/^0+([0-9]{2,})$$/\1/'),)
 # Google Benchmark flags for make bench: each benchmark runs at least 0.05 s of GPU time per
 # repetition (the harness asks for 5 repetitions and reports their median).
 BENCH_ARGS ?= --benchmark_min_time=0.05

@@ -91,7 +91,8 @@ void transpose_v2_padded(const float* in, float* out, int rows, int cols, cudaSt
 //   - bytes == 0: return. Null src or dst, or staging.empty(): std::invalid_argument.
 //   - loop over chunks of at most staging.chunk_bytes(), using slot (chunk % kSlots) in turn:
 //       wait for the slot's event (cudaEventSynchronize(staging.slot_free(slot))): the copy
-//       engine may still be reading it;
+//       engine may still be reading it (for the first use of a slot the event was never
+//       recorded, and waiting on such an event returns at once: no special case needed);
 //       std::memcpy the chunk into staging.slot(slot);
 //       cudaMemcpyAsync it to dst + offset on `stream`;
 //       cudaEventRecord(staging.slot_free(slot), stream): "this slot is free once we get here".

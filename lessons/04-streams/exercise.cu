@@ -74,7 +74,9 @@ void preprocess_then_infer(std::uint32_t* tensor, std::uint32_t* result, std::si
 //
 // Hints:
 //  - Start from read_result_unsynchronised in streams.cu: it enqueues the producer and the D2H
-//    copy, then sums `host` at once, while the copy is still waiting behind the producer.
+//    copy, then sums `host` at once, while the copy is still waiting behind the producer. Its
+//    three helpers are private to streams.cu, so write their few lines here: the null check,
+//    launch_spin_then_fill + cudaMemcpyAsync (only when n > 0), and the sum.
 //  - Make the host wait for the copy before it reads: cudaStreamSynchronize(stream), or record an
 //    event after the copy and cudaEventSynchronize it.
 //  - Reject null pointers with n > 0 (std::invalid_argument).

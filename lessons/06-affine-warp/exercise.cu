@@ -15,8 +15,9 @@ namespace lesson06 {
 
 namespace {
 // A stub's loud failure: an exception on the host; on the device (where there are no
-// exceptions) the kernel stops with an error the next CUDA call reports.
-__host__ __device__ void todo(const char* what) {
+// exceptions) the kernel stops with an error the next CUDA call reports. (maybe_unused: once
+// every stub is replaced, nothing calls it.)
+[[maybe_unused]] __host__ __device__ void todo(const char* what) {
 #ifdef __CUDA_ARCH__
   (void)what;
   __trap();
@@ -40,6 +41,9 @@ __host__ __device__ void todo(const char* what) {
 // - Compute in exactly this order: D first, then each entry as (entry * D), then the
 //   translation as -A11 * c - A12 * f. The kernels quantise positions to 1/32 pixel, so a
 //   last-bit difference from OpenCV's arithmetic can move a sample to the next grid cell.
+// - Both run on the host only here (the launchers pass the inverse to the kernel as an
+//   argument). In device code nvcc would contract a * e - b * d into one FMA and change that
+//   last bit; detail::mul_rn / add_rn in affine_warp.cuh are the guard if you ever need them there.
 __host__ __device__ Affine2x3 letterbox_matrix(const Letterbox& lb, bool half_pixel) {
   (void)lb;
   (void)half_pixel;

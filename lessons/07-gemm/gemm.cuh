@@ -286,7 +286,9 @@ void sgemm_nt_register_blocking(int M, int N, int K, float alpha, const float* A
 
 // Exercise 3: a fused fully connected layer, Y = act(X * W^T + bias), in one kernel (exercise 2's,
 // with the bias and activation in its write-out). X: M x K, W: N x K, bias: N (must not be null),
-// Y: M x N (not read). Throws std::invalid_argument for a null bias (with N > 0).
+// Y: M x N (not read). Throws std::invalid_argument for a negative size or a matrix of more than
+// 2^31 - 1 elements; when M > 0 and N > 0, for a null Y or bias, and for a null X or W if K > 0.
+// M == 0 or N == 0 is a no-op that reads no pointer.
 void linear_forward(int M, int N, int K, const float* X, const float* W, const float* bias,
                     Activation act, float* Y, cudaStream_t stream = nullptr);
 
