@@ -25,7 +25,7 @@ CTEST      := ctest --test-dir $(BUILD) --output-on-failure
 
 # Debian 12 / Ubuntu 22.04+ package names. The CUDA toolkit and the NVIDIA driver are assumed
 # to be installed already (https://developer.nvidia.com/cuda-downloads).
-PACKAGES := build-essential cmake ninja-build catch2 libopencv-dev libbenchmark-dev libstb-dev python3
+PACKAGES := build-essential cmake ninja-build catch2 libcli11-dev libopencv-dev libbenchmark-dev libstb-dev python3
 SUDO     := $(if $(filter 0,$(shell id -u)),,sudo)
 
 .PHONY: all deps configure build run test check bench sanitize clean lesson-given lesson-selected

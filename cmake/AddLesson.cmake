@@ -6,7 +6,8 @@
 #     EXERCISES     ex1 ex2 ex3             # tags: tests of exercise K carry [exK]
 #     GPU_EXERCISES ex2 ex3                 # those whose tests need a GPU to reach the stub
 #     LIBS          CUDA::cublas            # extra libraries for the lesson's code
-#     BENCH         bench_reduction.cu)     # optional Google Benchmark executable
+#     BENCH         bench_reduction.cu      # optional Google Benchmark executable
+#     CLI_BAD_VALUE --reps 0)               # an option of lessonNN and a value it must refuse
 #
 # Targets (NN = the folder's number):
 #   lessonNN                 main.cu: the lesson binary (make run)
@@ -17,13 +18,16 @@
 #   lessonNN_bench           the benchmark (make bench), when BENCH is given
 # ctest tests (labels in brackets):
 #   NN/cpu                   CPU tests                                  [cpu]
+#   NN/cli                   lessonNN's command line, no GPU needed: --help exits 0 and lists
+#                            the options, an unknown option and CLI_BAD_VALUE exit 2 and are
+#                            named on stderr (cmake/cli_check.sh)       [cpu]
 #   NN/gpu                   [gpu] tests; skipped (exit 77) with no GPU [gpu]
 #   NN/stubs-fail/exK        passes only if exercise K's tests FAIL on the stubs, proving the
 #                            tests can fail; GPU exercises are skipped with no GPU, and all of
 #                            them once you have edited exercise.cu (cmake/stubs_fail.sh)
 #                                                                       [exercise] (+[gpu])
 function(add_lesson)
-  cmake_parse_arguments(L "" "" "SOURCES;TESTS;EXERCISES;GPU_EXERCISES;LIBS;BENCH" ${ARGN})
+  cmake_parse_arguments(L "" "" "SOURCES;TESTS;EXERCISES;GPU_EXERCISES;LIBS;BENCH;CLI_BAD_VALUE" ${ARGN})
   get_filename_component(folder "${CMAKE_CURRENT_SOURCE_DIR}" NAME)
   string(SUBSTRING "${folder}" 0 2 nn)
   set(p lesson${nn})
@@ -57,6 +61,9 @@ function(add_lesson)
   set_tests_properties(${nn}/cpu PROPERTIES LABELS "cpu;${p}")
   add_test(NAME ${nn}/gpu COMMAND ${p}_tests --require-gpu ${COURSE_CATCH2_NO_TESTS_OK} "[gpu]")
   set_tests_properties(${nn}/gpu PROPERTIES LABELS "gpu;${p}" SKIP_RETURN_CODE 77)
+  add_test(NAME ${nn}/cli COMMAND sh "${PROJECT_SOURCE_DIR}/cmake/cli_check.sh"
+                                  $<TARGET_FILE:${p}> ${L_CLI_BAD_VALUE})
+  set_tests_properties(${nn}/cli PROPERTIES LABELS "cpu;${p}")
 
   foreach(ex IN LISTS L_EXERCISES)
     set(require "")

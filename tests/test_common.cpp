@@ -3,12 +3,15 @@
 
 #include <cstring>
 #include <numeric>
+#include <stdexcept>
+#include <string>
 #include <type_traits>
 #include <vector>
 
 #include "common/cuda_check.hpp"
 #include "common/device.hpp"
 #include "common/driver_api.hpp"
+#include "common/lesson_main.hpp"
 #include "common/memory.hpp"
 #include "common/process.hpp"
 #include "common/stream.hpp"
@@ -145,6 +148,62 @@ TEST_CASE("With no driver or no device, the availability check says what it look
     CHECK(a.reason.empty());
     CHECK(a.device_count >= 1);
   }
+}
+
+namespace {
+
+// lesson_main's exit code on a fresh CLI::App with one option, --n in [1, 10] (default 5), and
+// the given arguments after argv[0] "lesson". *n, if given, gets --n's value afterwards.
+int run_lesson_main(std::vector<std::string> args, const std::function<int()>& body,
+                    course::DeviceCheck check = course::DeviceCheck::none, int* n = nullptr) {
+  int value = 5;
+  CLI::App app{"a test of lesson_main"};
+  app.add_option("--n", value, "a number in [1, 10]")->check(CLI::Range(1, 10));
+  args.insert(args.begin(), "lesson");
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(&a[0]);
+  const int rc = course::lesson_main(app, static_cast<int>(argv.size()), argv.data(), body, check);
+  if (n != nullptr) *n = value;
+  return rc;
+}
+
+}  // namespace
+
+TEST_CASE("lesson_main: exit 0 for --help, 2 for a usage error, the body's code otherwise",
+          "[cli]") {
+  bool ran = false;
+  const auto body = [&] {
+    ran = true;
+    return 3;
+  };
+  int n = 0;
+  CHECK(run_lesson_main({"--n", "7"}, body, course::DeviceCheck::none, &n) == 3);
+  CHECK(ran);
+  CHECK(n == 7);
+
+  const std::vector<std::vector<std::string>> usage_errors = {
+      {"--n", "0"}, {"--n", "11"}, {"--n", "abc"}, {"--n"}, {"--no-such-option"}, {"extra"}};
+  for (const auto& usage_error : usage_errors) {
+    ran = false;
+    CHECK(run_lesson_main(usage_error, body) == 2);
+    CHECK_FALSE(ran);
+  }
+  ran = false;
+  CHECK(run_lesson_main({"--help"}, body) == 0);
+  CHECK(run_lesson_main({"-h"}, body) == 0);
+  CHECK_FALSE(ran);
+}
+
+TEST_CASE("lesson_main: an exception from the body is exit 1", "[cli]") {
+  CHECK(run_lesson_main({}, []() -> int { throw std::runtime_error("boom"); }) == 1);
+  CHECK(run_lesson_main({}, []() -> int { throw 42; }) == 1);
+}
+
+TEST_CASE("lesson_main: DeviceCheck::before_body runs the body only with a usable GPU",
+          "[cli][device]") {
+  const auto body = [] { return 7; };  // 7 when the body ran, 1 when require_device said no
+  const int rc = run_lesson_main({}, body, course::DeviceCheck::before_body);
+  CHECK(rc == (course::check_device_available().usable ? 7 : 1));
 }
 
 // ---------------------------------------------------------------- GPU tests

@@ -12,7 +12,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <exception>
+#include <functional>
+#include <limits>
+#include <stdexcept>
 #include <string>
 #include <thread>
 
@@ -20,6 +22,7 @@
 #include "common/cuda_check.hpp"
 #include "common/device.hpp"
 #include "common/driver_api.hpp"
+#include "common/lesson_main.hpp"
 #include "common/memory.hpp"
 #include "common/process.hpp"
 #include "context.cuh"
@@ -27,18 +30,6 @@
 using namespace lesson01;
 
 namespace {
-
-void usage(const char* argv0) {
-  std::printf(
-      "usage: %s [--device N] [--help]\n"
-      "  Lesson 01: lazy initialisation and the primary context.\n"
-      "  Times the runtime's first calls and shows, with the Driver API, what each one did:\n"
-      "  when the driver is initialised, when the primary context is created, that the runtime's\n"
-      "  context is the primary context, lazy module loading, per-thread current contexts and a\n"
-      "  context made with the Driver API.\n"
-      "  --device N   the device to use (default 0)\n",
-      argv0);
-}
 
 const char* yes_no(bool b) { return b ? "yes" : "no"; }
 
@@ -228,27 +219,16 @@ int run(int device) {
 
 int main(int argc, char** argv) {
   int device = 0;
-  try {
-    if (argc == 4 && std::strcmp(argv[1], "--child-first-call") == 0) {
-      return child_first_call(argv[2], std::atoi(argv[3]));
-    }
-    if (argc == 4 && std::strcmp(argv[1], "--child-first-launch") == 0) {
-      return child_first_launch(std::atoi(argv[2]), std::strcmp(argv[3], "warm") == 0);
-    }
-    if (argc == 2 && std::strcmp(argv[1], "--check-device") == 0) {
-      return course::require_device(argv[0]) ? 0 : 1;
-    }
-    for (int i = 1; i < argc; ++i) {
-      if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) {
-        usage(argv[0]);
-        return 0;
-      } else if (std::strcmp(argv[i], "--device") == 0 && i + 1 < argc) {
-        device = std::atoi(argv[++i]);
-      } else {
-        std::fprintf(stderr, "%s: unknown argument '%s' (try --help)\n", argv[0], argv[i]);
-        return 2;
-      }
-    }
+  CLI::App app{
+      "Lesson 01: lazy initialisation and the primary context.\n"
+      "Times the runtime's first calls and shows, with the Driver API, what each one did:\n"
+      "when the driver is initialised, when the primary context is created, that the runtime's\n"
+      "context is the primary context, lazy module loading, per-thread current contexts and a\n"
+      "context made with the Driver API."};
+  app.add_option("--device", device, "the device to use (default 0)")
+      ->type_name("N")
+      ->check(CLI::Range(0, std::numeric_limits<int>::max()));
+  std::function<int()> body = [&] {
     // Checking for a device here would initialise the driver, and step 1 must come first; so
     // the check runs in a child process, which leaves this one untouched.
     const auto check = course::run_process({course::self_executable(), "--check-device"});
@@ -257,8 +237,23 @@ int main(int argc, char** argv) {
       return 1;
     }
     return run(device);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "%s: error: %s\n", argv[0], e.what());
-    return 1;
+  };
+  // The modes this binary runs in as its own child process (run() starts them) are matched by
+  // hand: their values are positional and they are not for people, so they stay out of --help,
+  // and the parser then sees no arguments.
+  bool child = true;
+  if (argc == 4 && std::strcmp(argv[1], "--child-first-call") == 0) {
+    body = [&] { return child_first_call(argv[2], std::atoi(argv[3])); };
+  } else if (argc == 4 && std::strcmp(argv[1], "--child-first-launch") == 0) {
+    body = [&] {
+      return child_first_launch(std::atoi(argv[2]), std::strcmp(argv[3], "warm") == 0);
+    };
+  } else if (argc == 2 && std::strcmp(argv[1], "--check-device") == 0) {
+    body = [&] { return course::require_device(argv[0]) ? 0 : 1; };
+  } else {
+    child = false;
   }
+  // DeviceCheck::none: nothing may touch the driver before step 1, so the body checks for a
+  // device in a child process (or, as that child, itself).
+  return course::lesson_main(app, child ? 1 : argc, argv, body, course::DeviceCheck::none);
 }

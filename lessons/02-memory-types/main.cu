@@ -10,17 +10,15 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
-#include <exception>
 #include <iterator>
 #include <limits>
-#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "common/headline.hpp"
+#include "common/lesson_main.hpp"
 #include "common/cuda_check.hpp"
 #include "common/device.hpp"
 #include "common/memory.hpp"
@@ -37,53 +35,7 @@ struct Options {
   int reps = 5;              // timed repetitions per measurement (the median is printed)
   std::size_t max_mib = 64;  // largest copy in the bandwidth table
   int transpose_n = 4096;    // the transposed matrix is n x n floats
-  bool help = false;
 };
-
-void print_help(const char* program) {
-  std::printf(
-      "usage: %s [--reps N] [--max-mib N] [--transpose N] [--help]\n"
-      "Measures the memory types of the CUDA runtime on GPU 0 and checks every result.\n"
-      "  --reps N       timed repetitions per measurement, median printed (default 5)\n"
-      "  --max-mib N    largest host<->device copy in the bandwidth table, MiB (default 64, max "
-      "1024)\n"
-      "  --transpose N  size of the N x N float matrix the transposes work on (default 4096)\n"
-      "The full sweeps (4 KiB .. 256 MiB) are in lesson02_bench: make bench LESSON=02\n",
-      program);
-}
-
-long parse_number(const std::string& flag, const char* text, long lo, long hi) {
-  char* end = nullptr;
-  const long v = text != nullptr ? std::strtol(text, &end, 10) : 0;
-  if (text == nullptr || *end != '\0' || v < lo || v > hi) {
-    throw std::invalid_argument(flag + " expects an integer in [" + std::to_string(lo) + ", " +
-                                std::to_string(hi) + "]");
-  }
-  return v;
-}
-
-Options parse_options(int argc, char** argv) {
-  Options o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    const char* value = i + 1 < argc ? argv[i + 1] : nullptr;
-    if (arg == "--help" || arg == "-h") {
-      o.help = true;
-    } else if (arg == "--reps") {
-      o.reps = static_cast<int>(parse_number(arg, value, 1, 1000));
-      ++i;
-    } else if (arg == "--max-mib") {
-      o.max_mib = static_cast<std::size_t>(parse_number(arg, value, 1, 1024));
-      ++i;
-    } else if (arg == "--transpose") {
-      o.transpose_n = static_cast<int>(parse_number(arg, value, 1, 16384));
-      ++i;
-    } else {
-      throw std::invalid_argument("unknown option '" + arg + "' (see --help)");
-    }
-  }
-  return o;
-}
 
 // ------------------------------------------------------------------------ checks and timing
 
@@ -542,18 +494,23 @@ void section_pointers(cudaStream_t stream) {
 
 int main(int argc, char** argv) {
   Options options;
-  try {
-    options = parse_options(argc, argv);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "%s: %s\n", argv[0], e.what());
-    return 2;
-  }
-  if (options.help) {
-    print_help(argv[0]);
-    return 0;
-  }
-  if (!course::require_device(argv[0])) return 1;
-  try {
+  CLI::App app{
+      "Lesson 02: memory types.\n"
+      "Measures the memory types of the CUDA runtime on GPU 0 and checks every result."};
+  app.add_option("--reps", options.reps,
+                 "timed repetitions per measurement, median printed (default 5)")
+      ->type_name("N")
+      ->check(CLI::Range(1, 1000));
+  app.add_option("--max-mib", options.max_mib,
+                 "largest host<->device copy in the bandwidth table, MiB (default 64)")
+      ->type_name("N")
+      ->check(CLI::Range(1, 1024));
+  app.add_option("--transpose", options.transpose_n,
+                 "size of the N x N float matrix the transposes work on (default 4096)")
+      ->type_name("N")
+      ->check(CLI::Range(1, 16384));
+  app.footer("The full sweeps (4 KiB .. 256 MiB) are in lesson02_bench: make bench LESSON=02");
+  return course::lesson_main(app, argc, argv, [&] {
     std::printf("Lesson 02: memory types. Every number below was measured just now on GPU 0.\n");
     const course::DeviceInfo info = course::query_device(0);
     const MemoryFacts facts = query_memory_facts(0);
@@ -575,8 +532,5 @@ int main(int argc, char** argv) {
     std::printf("\nAll checks passed.\n");
     course::print_headline();
     return 0;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "%s: %s\n", argv[0], e.what());
-    return 1;
-  }
+  });
 }

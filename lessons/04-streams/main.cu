@@ -12,20 +12,17 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
-#include <exception>
-#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "common/headline.hpp"
 #include "common/cuda_check.hpp"
 #include "common/device.hpp"
+#include "common/lesson_main.hpp"
 #include "common/memory.hpp"
 #include "common/stream.hpp"
 #include "streams.cuh"
@@ -43,59 +40,6 @@ struct Options {
   int frames = 200;
   std::string timeline;  // empty: no picture
 };
-
-void print_help(const char* program) {
-  std::printf(
-      "usage: %s [options]\n"
-      "  --n N             elements (uint32) in the pipelined batch (default 33554432 = 128 MiB)\n"
-      "  --chunks N        chunks the batch is split into (default 16)\n"
-      "  --streams K       streams the chunks are spread over (default 4, at most %d)\n"
-      "  --rounds R        mix rounds per element; 0 calibrates R so that the kernel takes about\n"
-      "                    as long as the H2D copy (default 0)\n"
-      "  --frames F        frames per variant in the launch-overhead part (default 200)\n"
-      "  --timeline FILE   write the timeline of the serial and pipelined runs as an SVG to FILE\n"
-      "                    (default: no file is written)\n"
-      "  --help            this text\n",
-      program, cs::kMaxStreams);
-}
-
-long long parse_int(const char* flag, const char* text, long long lo, long long hi) {
-  char* end = nullptr;
-  errno = 0;
-  const long long v = std::strtoll(text, &end, 10);
-  if (errno != 0 || end == text || *end != '\0' || v < lo || v > hi) {
-    throw std::invalid_argument(std::string(flag) + ": expected an integer in [" +
-                                std::to_string(lo) + ", " + std::to_string(hi) + "], got '" + text +
-                                "'");
-  }
-  return v;
-}
-
-Options parse_options(int argc, char** argv) {
-  Options o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string flag = argv[i];
-    if (i + 1 >= argc)
-      throw std::invalid_argument(flag + ": unknown option or missing value (see --help)");
-    const char* value = argv[++i];
-    if (flag == "--n") {
-      o.n = static_cast<std::size_t>(parse_int("--n", value, 1, 1LL << 32));
-    } else if (flag == "--chunks") {
-      o.chunks = static_cast<int>(parse_int("--chunks", value, 1, 4096));
-    } else if (flag == "--streams") {
-      o.streams = static_cast<int>(parse_int("--streams", value, 1, cs::kMaxStreams));
-    } else if (flag == "--rounds") {
-      o.rounds = static_cast<int>(parse_int("--rounds", value, 0, 1000000));
-    } else if (flag == "--frames") {
-      o.frames = static_cast<int>(parse_int("--frames", value, 1, 100000));
-    } else if (flag == "--timeline") {
-      o.timeline = value;
-    } else {
-      throw std::invalid_argument("unknown option '" + flag + "' (see --help)");
-    }
-  }
-  return o;
-}
 
 using Clock = std::chrono::steady_clock;
 double ms_since(Clock::time_point t0) {
@@ -453,21 +397,34 @@ void part5_bug() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) {
-      print_help(argv[0]);
-      return 0;
-    }
-  }
   Options opts;
-  try {
-    opts = parse_options(argc, argv);
-  } catch (const std::invalid_argument& e) {  // a usage error: exit 2, as every lesson binary does
-    std::fprintf(stderr, "%s: %s\n", argv[0], e.what());
-    return 2;
-  }
-  try {
-    if (!course::require_device(argv[0])) return 1;
+  CLI::App app{
+      "Lesson 04: streams, events and overlap, and a first CUDA Graph, measured on GPU 0."};
+  app.add_option("--n", opts.n,
+                 "elements (uint32) in the pipelined batch (default 33554432 = 128 MiB)")
+      ->type_name("N")
+      ->check(CLI::Range(1LL, 1LL << 32));
+  app.add_option("--chunks", opts.chunks, "chunks the batch is split into (default 16)")
+      ->type_name("N")
+      ->check(CLI::Range(1, 4096));
+  app.add_option("--streams", opts.streams, "streams the chunks are spread over (default 4)")
+      ->type_name("K")
+      ->check(CLI::Range(1, cs::kMaxStreams));
+  app.add_option("--rounds", opts.rounds,
+                 "mix rounds per element; 0 calibrates R so that the kernel takes about\n"
+                 "as long as the H2D copy (default 0)")
+      ->type_name("R")
+      ->check(CLI::Range(0, 1000000));
+  app.add_option("--frames", opts.frames,
+                 "frames per variant in the launch-overhead part (default 200)")
+      ->type_name("F")
+      ->check(CLI::Range(1, 100000));
+  app.add_option("--timeline", opts.timeline,
+                 "write the timeline of the serial and pipelined runs as an SVG to FILE\n"
+                 "(default: no file is written)")
+      ->type_name("FILE");
+  app.footer("Long measurements are in the benchmark: make bench LESSON=04");
+  return course::lesson_main(app, argc, argv, [&] {
     const course::DeviceInfo info = course::query_device(0);
     int copy_engines = 0, concurrent = 0;
     CUDA_CHECK(cudaDeviceGetAttribute(&copy_engines, cudaDevAttrAsyncEngineCount, 0));
@@ -498,8 +455,5 @@ int main(int argc, char** argv) {
     std::printf("\nAll checks passed.\n");
     course::print_headline();
     return 0;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "%s: %s\n", argv[0], e.what());
-    return 1;
-  }
+  });
 }

@@ -14,17 +14,14 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <exception>
 #include <set>
-#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "common/headline.hpp"
 #include "common/cuda_check.hpp"
 #include "common/device.hpp"
+#include "common/lesson_main.hpp"
 #include "common/memory.hpp"
 #include "common/stream.hpp"
 #include "reduction.cuh"
@@ -35,62 +32,7 @@ struct Options {
   int version = -1;                      // -1: every version
   std::size_t n = std::size_t{1} << 26;  // 256 MiB of floats: well past the L2, so DRAM is timed
   int reps = 5;
-  bool help = false;
 };
-
-void print_usage(const char* program) {
-  std::printf(
-      "usage: %s [VERSION] [--n N] [--reps R] [--help]\n"
-      "  VERSION   0..7: check and time only this version of the sum (default: all)\n"
-      "  --n N     number of floats to sum (default 67108864 = 2^26, 256 MiB)\n"
-      "  --reps R  timed repetitions per version; the median is printed (default 5)\n"
-      "Versions:\n",
-      program);
-  for (const auto& v : reduction::versions())
-    std::printf("  %d  %-38s %s\n", v.number, v.name, v.fixes);
-}
-
-std::size_t parse_count(const std::string& flag, const char* text) {
-  char* end = nullptr;
-  const unsigned long long value = std::strtoull(text, &end, 10);
-  if (end == text || *end != '\0' || text[0] == '-') {
-    throw std::invalid_argument(flag + " expects a non-negative integer, got '" + text + "'");
-  }
-  return static_cast<std::size_t>(value);
-}
-
-Options parse(int argc, char** argv) {
-  Options o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    if (arg == "--help" || arg == "-h") {
-      o.help = true;
-    } else if (arg == "--n" || arg == "--reps") {
-      if (i + 1 >= argc) throw std::invalid_argument(arg + " needs a value");
-      const std::size_t value = parse_count(arg, argv[++i]);
-      if (arg == "--n") {
-        if (value == 0 || value > reduction::kMaxElements) {
-          throw std::invalid_argument("--n expects 1..2147483647, got " + std::to_string(value));
-        }
-        o.n = value;
-      } else {
-        if (value == 0 || value > 1000) throw std::invalid_argument("--reps expects 1..1000");
-        o.reps = static_cast<int>(value);
-      }
-    } else if (!arg.empty() && arg[0] == '-') {
-      throw std::invalid_argument("unknown option '" + arg + "' (see --help)");
-    } else {
-      const std::size_t v = parse_count("VERSION", argv[i]);
-      if (v >= reduction::versions().size()) {
-        throw std::invalid_argument("VERSION must be 0.." +
-                                    std::to_string(reduction::versions().size() - 1) + ", got " +
-                                    arg);
-      }
-      o.version = static_cast<int>(v);
-    }
-  }
-  return o;
-}
 
 // Median of `reps` event-timed runs after one warm-up run (which also allocates scratch memory).
 template <class F>
@@ -307,18 +249,25 @@ void deployment_uses(cudaStream_t stream) {
 
 int main(int argc, char** argv) {
   Options o;
-  try {
-    o = parse(argc, argv);
-  } catch (const std::invalid_argument& e) {  // a usage error: exit 2, as every lesson binary does
-    std::fprintf(stderr, "%s: %s\n", argv[0], e.what());
-    return 2;
+  CLI::App app{"Lesson 05: parallel reduction, step by step to the speed of memory."};
+  const int last_version = static_cast<int>(reduction::versions().size()) - 1;
+  app.add_option("VERSION", o.version, "check and time only this version of the sum (default: all)")
+      ->check(CLI::Range(0, last_version));
+  app.add_option("--n", o.n, "number of floats to sum (default 67108864 = 2^26, 256 MiB)")
+      ->type_name("N")
+      ->check(CLI::Range(std::size_t{1}, reduction::kMaxElements));
+  app.add_option("--reps", o.reps,
+                 "timed repetitions per version; the median is printed (default 5)")
+      ->type_name("R")
+      ->check(CLI::Range(1, 1000));
+  std::string versions = "Versions:";
+  for (const auto& v : reduction::versions()) {
+    char line[256];
+    std::snprintf(line, sizeof line, "\n  %d  %-38s %s", v.number, v.name, v.fixes);
+    versions += line;
   }
-  try {
-    if (o.help) {
-      print_usage(argv[0]);
-      return 0;
-    }
-    if (!course::require_device(argv[0])) return 1;
+  app.footer(versions);
+  return course::lesson_main(app, argc, argv, [&] {
     const course::DeviceInfo info = course::query_device(0);
     std::printf("Lesson 05: parallel reduction\n%s\n", course::summary(info).c_str());
     course::Stream stream;
@@ -332,8 +281,5 @@ int main(int argc, char** argv) {
     std::printf("\nAll checks passed.\n");
     course::print_headline();
     return 0;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "%s: %s\n", argv[0], e.what());
-    return 1;
-  }
+  });
 }

@@ -10,10 +10,6 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <exception>
-#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -25,6 +21,7 @@
 #include "common/headline.hpp"
 #include "common/cuda_check.hpp"
 #include "common/device.hpp"
+#include "common/lesson_main.hpp"
 #include "common/memory.hpp"
 #include "common/process.hpp"
 #include "common/stream.hpp"
@@ -42,42 +39,12 @@ struct Options {
   std::string out_dir;  // empty: next to this executable
 };
 
-void print_usage(const char* argv0) {
-  std::printf(
-      "usage: %s [--image FILE] [--size WxH] [--out DIR]\n"
-      "  --image FILE      letterbox this image (PNG, JPEG, BMP, PPM) instead of the generated\n"
-      "                    1920x1080 test pattern\n"
-      "  --size WxH        network input size (default 640x640)\n"
-      "  --out DIR         where to write the PNGs (default: the folder of this executable)\n",
-      argv0);
-}
-
-Options parse(int argc, char** argv) {
-  Options o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    const auto value = [&]() -> std::string {
-      if (i + 1 >= argc) throw std::invalid_argument(arg + " needs a value (see --help)");
-      return argv[++i];
-    };
-    if (arg == "--image") {
-      o.image = value();
-    } else if (arg == "--size") {
-      const std::string v = value();
-      if (std::sscanf(v.c_str(), "%dx%d", &o.width, &o.height) != 2) {
-        throw std::invalid_argument("--size expects WxH, e.g. 640x640; got " + v);
-      }
-    } else if (arg == "--out") {
-      o.out_dir = value();
-    } else {
-      throw std::invalid_argument("unknown option " + arg + " (see --help)");
-    }
-  }
-  if (o.out_dir.empty()) {
-    const std::string exe = course::self_executable();
-    o.out_dir = exe.substr(0, exe.find_last_of('/'));
-  }
-  return o;
+// "640x384" -> width 640, height 384. False unless the text is exactly two integers >= 1 with
+// an 'x' between them.
+bool parse_size(const std::string& text, int* width, int* height) {
+  char rest = 0;
+  return std::sscanf(text.c_str(), "%dx%d%c", width, height, &rest) == 2 && *width >= 1 &&
+         *height >= 1;
 }
 
 // Median GPU time of `runs` repetitions of what enqueue() puts on the stream, after a warm-up.
@@ -353,24 +320,32 @@ int run(const Options& opt) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) {
-      print_usage(argv[0]);
-      return 0;
-    }
-  }
   Options opt;
-  try {
-    opt = parse(argc, argv);
-  } catch (const std::invalid_argument& e) {  // a usage error: exit 2, as every lesson binary does
-    std::fprintf(stderr, "%s: %s\n", argv[0], e.what());
-    return 2;
-  }
-  try {
-    if (!course::require_device(argv[0])) return 1;
+  CLI::App app{"Lesson 06: letterbox preprocessing on the GPU, checked against OpenCV."};
+  app.add_option("--image", opt.image,
+                 "letterbox this image (PNG, JPEG, BMP, PPM) instead of the generated\n"
+                 "1920x1080 test pattern")
+      ->type_name("FILE");
+  const CLI::Validator size_check(
+      [](std::string& text) {
+        int w = 0, h = 0;
+        return parse_size(text, &w, &h) ? std::string()
+                                        : "expected WxH with W, H >= 1 (e.g. 640x384), got " + text;
+      },
+      "");
+  app.add_option_function<std::string>(
+         "--size", [&](const std::string& text) { parse_size(text, &opt.width, &opt.height); },
+         "network input size (default 640x640)")
+      ->type_name("WxH")
+      ->check(size_check);
+  app.add_option("--out", opt.out_dir,
+                 "where to write the PNGs (default: the folder of this executable)")
+      ->type_name("DIR");
+  return course::lesson_main(app, argc, argv, [&] {
+    if (opt.out_dir.empty()) {
+      const std::string exe = course::self_executable();
+      opt.out_dir = exe.substr(0, exe.find_last_of('/'));
+    }
     return run(opt);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "%s: %s\n", argv[0], e.what());
-    return 1;
-  }
+  });
 }

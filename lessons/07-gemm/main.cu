@@ -12,15 +12,14 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <exception>
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "common/headline.hpp"
 #include "common/cuda_check.hpp"
 #include "common/device.hpp"
+#include "common/lesson_main.hpp"
 #include "common/memory.hpp"
 #include "common/stream.hpp"
 #include "gemm.cuh"
@@ -29,37 +28,11 @@ using namespace lesson07;
 
 namespace {
 
-void usage(const char* argv0) {
-  std::printf(
-      "usage: %s [--size S | --m M --n N --k K] [--version V]... [--reps R] [--help]\n"
-      "  Lesson 07: SGEMM from the naive kernel toward cuBLAS. C = A * B, row-major, FP32.\n"
-      "  Runs cuBLAS and each version, checks every result, prints time, TFLOP/s, %% of cuBLAS\n"
-      "  and %% of the FP32 peak; then the fused bias + SiLU epilogue and the TF32 tensor cores.\n"
-      "  --size S     M = N = K = S (default 4096)\n"
-      "  --m/--n/--k  the three sizes separately (any values >= 1; no multiple-of-tile needed)\n"
-      "  --version V  run version V only (1-%d; repeat for several); default: all\n"
-      "  --reps R     timed runs per kernel, median reported (default 5; 1 for runs over 200 ms)\n"
-      "  Versions:\n",
-      argv0, static_cast<int>(sgemm_versions().size()));
-  for (const auto& v : sgemm_versions())
-    std::printf("    %d  %-20s %s\n", v.number, v.name, v.idea);
-}
-
 struct Options {
   int M = 4096, N = 4096, K = 4096;
   std::vector<int> versions;
   int reps = 5;
 };
-
-int parse_int(const char* flag, const char* text) {
-  char* end = nullptr;
-  const long v = std::strtol(text, &end, 10);
-  if (end == text || *end != '\0' || v < 1 || v > 1 << 20) {
-    throw std::invalid_argument(std::string(flag) + " expects an integer from 1 to 1048576, got '" +
-                                text + "'");
-  }
-  return static_cast<int>(v);
-}
 
 // The median of `reps` timed runs of enqueue() (after the untimed first run the caller made),
 // in milliseconds. Slow kernels get one timed run: their number is not in doubt.
@@ -292,32 +265,41 @@ int run(const Options& opt) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
-    Options opt;
-    for (int i = 1; i < argc; ++i) {
-      const std::string a = argv[i];
-      const bool has_value = i + 1 < argc;
-      if (a == "--help" || a == "-h") {
-        usage(argv[0]);
-        return 0;
-      } else if (a == "--size" && has_value) {
-        opt.M = opt.N = opt.K = parse_int("--size", argv[++i]);
-      } else if ((a == "--m" || a == "--n" || a == "--k") && has_value) {
-        const int v = parse_int(a.c_str(), argv[++i]);
-        (a == "--m" ? opt.M : a == "--n" ? opt.N : opt.K) = v;
-      } else if (a == "--version" && has_value) {
-        opt.versions.push_back(sgemm_version(parse_int("--version", argv[++i])).number);
-      } else if (a == "--reps" && has_value) {
-        opt.reps = parse_int("--reps", argv[++i]);
-      } else {
-        std::fprintf(stderr, "%s: unknown argument '%s' (try --help)\n", argv[0], argv[i]);
-        return 2;
-      }
-    }
-    if (!course::require_device(argv[0])) return 1;
-    return run(opt);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "%s: error: %s\n", argv[0], e.what());
-    return 1;
+  Options opt;
+  CLI::App app{
+      "Lesson 07: SGEMM from the naive kernel toward cuBLAS. C = A * B, row-major, FP32.\n"
+      "Runs cuBLAS and each version, checks every result, prints time, TFLOP/s, % of cuBLAS\n"
+      "and % of the FP32 peak; then the fused bias + SiLU epilogue and the TF32 tensor cores."};
+  // The sizes are applied in command-line order (trigger_on_parse), so a later --m overrides
+  // an earlier --size and the other way round.
+  const auto size_option = [&](const char* name, const char* value_name, const char* help,
+                               const std::function<void(const int&)>& set) {
+    app.add_option_function<int>(name, set, help)
+        ->type_name(value_name)
+        ->check(CLI::Range(1, 1 << 20))
+        ->trigger_on_parse();
+  };
+  size_option("--size", "S", "M = N = K = S (default 4096)",
+              [&](const int& s) { opt.M = opt.N = opt.K = s; });
+  size_option("--m", "M", "M alone (any value >= 1; no multiple-of-tile needed)",
+              [&](const int& m) { opt.M = m; });
+  size_option("--n", "N", "N alone", [&](const int& n) { opt.N = n; });
+  size_option("--k", "K", "K alone", [&](const int& k) { opt.K = k; });
+  const int last_version = static_cast<int>(sgemm_versions().size());
+  app.add_option("--version", opt.versions, "run version V only (repeat for several); default: all")
+      ->type_name("V")
+      ->check(CLI::Range(1, last_version))
+      ->allow_extra_args(false);  // one value per --version; repeat the option for several
+  app.add_option("--reps", opt.reps,
+                 "timed runs per kernel, median reported (default 5; 1 for runs over 200 ms)")
+      ->type_name("R")
+      ->check(CLI::Range(1, 1 << 20));
+  std::string versions = "Versions:";
+  for (const auto& v : sgemm_versions()) {
+    char line[256];
+    std::snprintf(line, sizeof line, "\n  %d  %-20s %s", v.number, v.name, v.idea);
+    versions += line;
   }
+  app.footer(versions);
+  return course::lesson_main(app, argc, argv, [&] { return run(opt); });
 }

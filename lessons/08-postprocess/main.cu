@@ -14,16 +14,16 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
-#include <exception>
 #include <string>
 #include <vector>
 
 #include "common/headline.hpp"
 #include "common/cuda_check.hpp"
 #include "common/device.hpp"
+#include "common/lesson_main.hpp"
 #include "common/memory.hpp"
 #include "common/stream.hpp"
 #include "postprocess.cuh"
@@ -42,24 +42,6 @@ struct Options {
   bool agnostic = false;
   int repeats = 200;
 };
-
-void usage(const char* argv0) {
-  std::printf(
-      "usage: %s [--out PATH] [--objects N] [--seed S] [--conf T] [--iou T] [--agnostic]\n"
-      "          [--repeats R] [--help]\n"
-      "  Lesson 08: detector postprocessing on the GPU (decode, confidence filter, NMS, boxes\n"
-      "  back to the source image) on synthetic YOLOv5 / YOLOv8 outputs with known objects;\n"
-      "  checks against the CPU reference and the ground truth, times it, draws the result.\n"
-      "  --out PATH     the PNG to write (default: lesson08_detections.png in the current\n"
-      "                 directory)\n"
-      "  --objects N    objects in the scene, 0-40 (default 12)\n"
-      "  --seed S       seed of the synthetic scene (default 8)\n"
-      "  --conf T       confidence threshold in [0, 1] (default 0.25)\n"
-      "  --iou T        NMS IoU threshold in [0, 1] (default 0.45)\n"
-      "  --agnostic     class-agnostic NMS (default: class-aware)\n"
-      "  --repeats R    timed runs per measurement, the median is shown (default 200)\n",
-      argv0);
-}
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -284,54 +266,41 @@ int run(const Options& o) {
   return ok ? 0 : 1;
 }
 
-bool parse_number(const char* text, double lo, double hi, double* out) {
-  char* end = nullptr;
-  const double v = std::strtod(text, &end);
-  if (end == text || *end != '\0' || !(v >= lo && v <= hi)) return false;
-  *out = v;
-  return true;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
   Options o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    double v = 0.0;
-    const bool has_value = i + 1 < argc;
-    if (a == "--help" || a == "-h") {
-      usage(argv[0]);
-      return 0;
-    } else if (a == "--agnostic") {
-      o.agnostic = true;
-    } else if (a == "--out" && has_value) {
-      o.out = argv[++i];
-    } else if (a == "--objects" && has_value && parse_number(argv[i + 1], 0, 40, &v)) {
-      o.objects = static_cast<int>(v);
-      ++i;
-    } else if (a == "--seed" && has_value && parse_number(argv[i + 1], 0, 4294967295.0, &v)) {
-      o.seed = static_cast<std::uint32_t>(v);
-      ++i;
-    } else if (a == "--conf" && has_value && parse_number(argv[i + 1], 0, 1, &v)) {
-      o.conf = static_cast<float>(v);
-      ++i;
-    } else if (a == "--iou" && has_value && parse_number(argv[i + 1], 0, 1, &v)) {
-      o.iou = static_cast<float>(v);
-      ++i;
-    } else if (a == "--repeats" && has_value && parse_number(argv[i + 1], 1, 100000, &v)) {
-      o.repeats = static_cast<int>(v);
-      ++i;
-    } else {
-      std::fprintf(stderr, "%s: bad or unknown argument '%s' (try --help)\n", argv[0], argv[i]);
-      return 2;
-    }
-  }
-  if (!course::require_device(argv[0])) return 1;
-  try {
-    return run(o);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "%s: error: %s\n", argv[0], e.what());
-    return 1;
-  }
+  CLI::App app{
+      "Lesson 08: detector postprocessing on the GPU (decode, confidence filter, NMS, boxes\n"
+      "back to the source image) on synthetic YOLOv5 / YOLOv8 outputs with known objects;\n"
+      "checks against the CPU reference and the ground truth, times it, draws the result."};
+  app.add_option("--out", o.out,
+                 "the PNG to write (default: lesson08_detections.png in the current\n"
+                 "directory)")
+      ->type_name("PATH");
+  app.add_option("--objects", o.objects, "objects in the scene (default 12)")
+      ->type_name("N")
+      ->check(CLI::Range(0, 40));
+  app.add_option("--seed", o.seed, "seed of the synthetic scene (default 8)")->type_name("S");
+  // CLI::Range lets NaN through (every comparison with it is false); a threshold must be a number.
+  const CLI::Validator not_nan(
+      [](std::string& text) {
+        return std::isnan(std::strtod(text.c_str(), nullptr)) ? "not a number: " + text
+                                                              : std::string();
+      },
+      "");
+  app.add_option("--conf", o.conf, "confidence threshold (default 0.25)")
+      ->type_name("T")
+      ->check(CLI::Range(0.0, 1.0))
+      ->check(not_nan);
+  app.add_option("--iou", o.iou, "NMS IoU threshold (default 0.45)")
+      ->type_name("T")
+      ->check(CLI::Range(0.0, 1.0))
+      ->check(not_nan);
+  app.add_flag("--agnostic", o.agnostic, "class-agnostic NMS (default: class-aware)");
+  app.add_option("--repeats", o.repeats,
+                 "timed runs per measurement, the median is shown (default 200)")
+      ->type_name("R")
+      ->check(CLI::Range(1, 100000));
+  return course::lesson_main(app, argc, argv, [&] { return run(o); });
 }
