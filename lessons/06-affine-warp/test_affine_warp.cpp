@@ -288,6 +288,21 @@ TEST_CASE("The CPU per-pixel reference matches cv::warpAffine within 1 grey leve
   }
 }
 
+TEST_CASE("Extreme aspect ratios: padding far outside the source stays padding", "[opencv]") {
+  // A 32766x1 line into a 16x32766 input: s = 16/32766, so a padding row maps up to ~1.7e7
+  // pixels above the source, where a 1/1024-pixel term no longer fits in an int. The oracle is
+  // cv::warpAffine (uint8, +-1 grey level) and the OpenCV pipeline (float, 1 grey level / 255).
+  const cv::Mat src = random_image(32766, 1, 32766);
+  const int dw = 16, dh = 32766;
+  std::vector<std::uint8_t> mine = warp_affine_reference(
+      view_of(src), opencv_inverse(forward_matrix(32766, 1, dw, dh)), dw, dh, kPadValue);
+  CHECK(max_abs_diff(as_mat(mine, dw, dh),
+                     opencv_warp(src, forward_matrix(32766, 1, dw, dh), dw, dh,
+                                 cv::BORDER_CONSTANT)) <= 1);
+  CHECK(max_abs_diff(letterbox_reference(view_of(src), dw, dh), opencv_pipeline(src, dw, dh)) <=
+        1.0 / 255 + 1e-5);
+}
+
 TEST_CASE("A plain float bilinear is not OpenCV's: the 1/32 grid matters on sharp detail",
           "[opencv]") {
   // Documents why the lesson reproduces OpenCV's grid: textbook bilinear with exact float
