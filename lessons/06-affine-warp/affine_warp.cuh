@@ -259,6 +259,8 @@ __host__ __device__ void bilinear_sample_bgr_replicate(const ImageView& src, Sub
 
 // EXERCISE 3. A detection from network-input coordinates back to the source image:
 // u = (u' - pad) / s, clamped to [0, src_w] x [0, src_h] (a box can reach into the padding).
+// A NaN coordinate stays NaN (no clamp can place it): reject non-finite boxes before, as
+// lesson 08's decode_candidate does.
 __host__ __device__ Box unletterbox_box(const Box& b, const Letterbox& lb);
 
 // ----------------------------------------------------------------- device images (host side)

@@ -41,8 +41,10 @@ __host__ __device__ float iou(const Box& a, const Box& b) {
 //   class; score = mul_rn(objectness, best class score).
 // - yolov8: attribute k of candidate i is at output[k * N + i]; the class scores are attributes
 //   4 .. 4 + C - 1; score = the best class score.
-// - "Best" with a strict >, scanning classes upwards: the lower class wins a tie.
-// - Kept when score > conf_threshold (strictly).
+// - "Best" with a strict >, scanning classes upwards: the lower class wins a tie. A NaN class
+//   score never wins, in any position: a NaN best-so-far is replaced by the next class.
+// - Kept when score > conf_threshold (strictly), and rejected when the score or any of cx, cy,
+//   w, h is NaN or +-inf: test them with is_finite (postprocess.cuh).
 // - Corners: cx -/+ w/2 (write w/2 as mul_rn(0.5f, w)), then unletterbox_box(box, lb).
 __host__ __device__ bool decode_candidate(const float* output, const OutputSpec& spec, int i,
                                           float conf_threshold, const Letterbox& lb,

@@ -29,7 +29,9 @@ using course::letterbox_box;
 using course::Letterbox;
 using course::make_letterbox;
 
-// One coordinate back to the source image: (u' - pad) / s in double, clamped to [0, limit].
+// One coordinate back to the source image: (u' - pad) / s in double, clamped to [0, limit]
+// (+-inf clamps to the nearer end). A NaN stays NaN: no clamp can place it, so callers reject
+// non-finite coordinates first (decode_candidate does).
 // A subtraction and a division, nothing an FMA could merge: host and device give the same bits.
 __host__ __device__ inline float unletterbox_coordinate(float u, double pad, double scale,
                                                         int limit) {

@@ -761,7 +761,9 @@ __host__ __device__ bool decode_candidate(const float* output, const OutputSpec&
     if (!(objectness > conf_threshold)) return false;  // exact: objectness x class <= objectness
     float best_class = row[5];
     for (int c = 1; c < num_classes; ++c) {
-      if (row[5 + c] > best_class) {  // strict: the lower class wins a tie
+      // Strict: the lower class wins a tie. A NaN so far is replaced by anything, and a NaN
+      // never compares greater: a NaN class score never wins, whichever class it is.
+      if (row[5 + c] > best_class || best_class != best_class) {
         best_class = row[5 + c];
         best = c;
       }
@@ -778,7 +780,7 @@ __host__ __device__ bool decode_candidate(const float* output, const OutputSpec&
     score = column[4 * n];
     for (int c = 1; c < num_classes; ++c) {
       const float s = column[(4 + static_cast<std::size_t>(c)) * n];
-      if (s > score) {
+      if (s > score || score != score) {  // as above: a NaN class score never wins
         score = s;
         best = c;
       }
@@ -789,6 +791,10 @@ __host__ __device__ bool decode_candidate(const float* output, const OutputSpec&
     h = column[3 * n];
   }
   if (!(score > conf_threshold)) return false;
+  // NaN would pass every clamp below unchanged, and inf in w minus inf in cx makes a NaN corner.
+  if (!is_finite(score) || !is_finite(cx) || !is_finite(cy) || !is_finite(w) || !is_finite(h)) {
+    return false;
+  }
   const float half_w = mul_rn(0.5f, w), half_h = mul_rn(0.5f, h);
   out->box = unletterbox_box({cx - half_w, cy - half_h, cx + half_w, cy + half_h}, lb);
   out->score = score;

@@ -32,6 +32,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -104,6 +105,15 @@ __host__ __device__ inline float mul_rn(float x, float y) {
 #endif
 }
 
+// Is x a number other than +-inf? (std::isfinite is not a device function.)
+__host__ __device__ inline bool is_finite(float x) {
+#ifdef __CUDA_ARCH__
+  return isfinite(x);
+#else
+  return std::isfinite(x);
+#endif
+}
+
 // The bits of a float (for keys and radix select).
 __host__ __device__ inline std::uint32_t float_bits(float f) {
 #ifdef __CUDA_ARCH__
@@ -138,8 +148,12 @@ __host__ __device__ inline bool nms_before(const Detection& a, const Detection& 
 __host__ __device__ float iou(const Box& a, const Box& b);
 
 // EXERCISE 2. Decodes candidate `i` (0 <= i < N) of a detector output laid out as `spec` says.
-// Returns false when its score is not above conf_threshold. Otherwise fills *out:
-//   - class_id: argmax over the C class scores (the lower class on a tie);
+// Returns false when its score is not above conf_threshold, or when its score or any of cx, cy,
+// w, h is NaN or +-inf (a broken engine output: no clamp can place a NaN box in the image).
+// Otherwise fills *out:
+//   - class_id: argmax over the C class scores (the lower class on a tie). A NaN class score
+//     never wins, wherever it sits: it is skipped (when all C are NaN the score is NaN, and the
+//     candidate is rejected);
 //   - score: objectness x best class score (yolov5) or the best class score (yolov8);
 //   - box: (cx - w/2, cy - h/2, cx + w/2, cy + h/2) in network-input pixels, mapped back to the
 //     source image with unletterbox_box (clamped to the image);

@@ -288,6 +288,49 @@ TEST_CASE("decode_candidate: the threshold is strict", "[ex2]") {
   CHECK(decode_candidate(t.data.data(), t.spec, 0, std::nextafter(0.5f, 0.0f), identity_letterbox(), &d));
 }
 
+TEST_CASE("decode_candidate: a NaN or infinite box or score is rejected", "[ex2]") {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  const Layout layout = GENERATE(Layout::yolov5, Layout::yolov8);
+  // Candidate 0 is finite and passes; each of the others breaks one value of the same candidate.
+  HandTensor t(layout, 8, 2);
+  t.set(0, 100, 100, 10, 10, 0.9f, {0.9f, 0.1f});
+  t.set(1, nan, 100, 10, 10, 0.9f, {0.9f, 0.1f});
+  t.set(2, 100, nan, 10, 10, 0.9f, {0.9f, 0.1f});
+  t.set(3, 100, 100, nan, 10, 0.9f, {0.9f, 0.1f});
+  t.set(4, 100, 100, 10, nan, 0.9f, {0.9f, 0.1f});
+  t.set(5, inf, 100, 10, 10, 0.9f, {0.9f, 0.1f});
+  t.set(6, 100, 100, 10, -inf, 0.9f, {0.9f, 0.1f});
+  t.set(7, 100, 100, 10, 10, layout == Layout::yolov5 ? inf : 0.9f, {inf, 0.1f});  // score inf
+  Detection d{};
+  CHECK(decode_candidate(t.data.data(), t.spec, 0, 0.25f, identity_letterbox(), &d));
+  for (int i = 1; i < 8; ++i) {
+    CAPTURE(to_string(layout), i);
+    CHECK_FALSE(decode_candidate(t.data.data(), t.spec, i, 0.25f, identity_letterbox(), &d));
+  }
+}
+
+TEST_CASE("decode_candidate: a NaN class score never wins, wherever it sits", "[ex2]") {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const Layout layout = GENERATE(Layout::yolov5, Layout::yolov8);
+  HandTensor t(layout, 4, 3);
+  t.set(0, 100, 100, 10, 10, 0.5f, {nan, 0.9f, 0.3f});  // NaN first: class 1 still wins
+  t.set(1, 100, 100, 10, 10, 0.5f, {0.3f, nan, 0.9f});  // NaN in the middle
+  t.set(2, 100, 100, 10, 10, 0.5f, {0.9f, 0.3f, nan});  // NaN last
+  t.set(3, 100, 100, 10, 10, 0.5f, {nan, nan, nan});    // no class score at all: rejected
+  const int expected_class[3] = {1, 2, 0};
+  const float expected_score = layout == Layout::yolov5 ? 0.5f * 0.9f : 0.9f;
+  for (int i = 0; i < 3; ++i) {
+    CAPTURE(to_string(layout), i);
+    Detection d{};
+    REQUIRE(decode_candidate(t.data.data(), t.spec, i, 0.25f, identity_letterbox(), &d));
+    CHECK(d.class_id == expected_class[i]);
+    CHECK(d.score == expected_score);
+  }
+  Detection d{};
+  CHECK_FALSE(decode_candidate(t.data.data(), t.spec, 3, 0.25f, identity_letterbox(), &d));
+}
+
 // ============================================================================ exercise 3
 
 TEST_CASE("nms_mask_word: bits agree with a double-precision IoU on tile pairs", "[ex3]") {
@@ -565,6 +608,25 @@ TEST_CASE("GPU postprocess equals the CPU reference", "[gpu][ex2]") {
   CHECK(gpu.num_above_threshold == cpu.num_above_threshold);
   CHECK(gpu.num_dropped == 0);
   require_same(gpu.detections, cpu.detections);
+}
+
+TEST_CASE("GPU: NaN and infinite candidates are rejected as on the CPU", "[gpu][ex2]") {
+  const Layout layout = GENERATE(Layout::yolov5, Layout::yolov8);
+  Frame f = make_frame(layout, 999, 3, 5, 6, 17);
+  // Break some candidates: NaN or inf in a box value, a class score or the objectness.
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  const float bad[] = {nan, inf, -inf};
+  for (std::size_t k = 0; k < f.tensor.size(); k += 37) f.tensor[k] = bad[(k / 37) % 3];
+  const PostprocessResult cpu = run_cpu(f, PostprocessConfig{});
+  const PostprocessResult gpu = run_gpu(f, PostprocessConfig{});
+  CHECK(gpu.num_above_threshold == cpu.num_above_threshold);
+  require_same(gpu.detections, cpu.detections);
+  for (const Detection& d : gpu.detections) {
+    CHECK(is_finite(d.score));
+    CHECK((d.box.x1 >= 0.0f && d.box.x2 <= f.letterbox.src_w));
+    CHECK((d.box.y1 >= 0.0f && d.box.y2 <= f.letterbox.src_h));
+  }
 }
 
 TEST_CASE("GPU: both layouts decode the same objects to the same boxes", "[gpu][ex2]") {
