@@ -22,7 +22,6 @@
 #include <cstring>
 #include <stdexcept>
 #include <string>
-#include <unordered_set>
 
 #include "common/cuda_check.hpp"
 #include "common/stream.hpp"
@@ -511,14 +510,6 @@ void enqueue_sort_and_nms(const NmsBuffers& b, float iou_threshold, bool class_a
   }
 }
 
-void validate_letterbox(const Letterbox& lb) {
-  if (lb.src_w < 1 || lb.src_h < 1 || !(lb.scale > 0.0) || !std::isfinite(lb.pad_x) ||
-      !std::isfinite(lb.pad_y)) {
-    throw std::invalid_argument(
-        "Letterbox: expected a positive source size and scale (use make_letterbox)");
-  }
-}
-
 }  // namespace
 
 // ------------------------------------------------------------------------------ GraphExec
@@ -551,7 +542,7 @@ GpuPostprocessor::GpuPostprocessor(const OutputSpec& spec, const Letterbox& lett
     : spec_(spec), letterbox_(letterbox), config_(config) {
   validate(spec);
   validate(config);
-  validate_letterbox(letterbox);
+  validate(letterbox);
   const int capacity = config.max_candidates;
   mask_stride_ = ceil_div(capacity, kTile);
   keys_ = course::DeviceBuffer<std::uint32_t>(static_cast<std::size_t>(spec.num_candidates));
@@ -697,15 +688,7 @@ std::vector<Detection> nms_gpu(const std::vector<Detection>& boxes, float iou_th
     throw std::invalid_argument("nms_gpu: at most " + std::to_string(kMaxNmsBoxes) + " boxes, got " +
                                 std::to_string(boxes.size()));
   }
-  std::unordered_set<int> seen;
-  for (const Detection& b : boxes) {
-    if (std::isnan(b.score)) throw std::invalid_argument("nms_gpu: a score is NaN");
-    if (b.index < 0 || !seen.insert(b.index).second) {
-      throw std::invalid_argument(
-          "nms_gpu: Detection::index must be >= 0 and unique (ties in score are broken by it); "
-          "index " + std::to_string(b.index) + " is not");
-    }
-  }
+  validate_nms_input(boxes, "nms_gpu");
   const int n = static_cast<int>(boxes.size());
   GpuNms nms(std::max(n, 1), version);
   const course::DeviceBuffer<Detection> d_boxes = course::to_device(boxes);

@@ -204,6 +204,16 @@ void validate(const PostprocessConfig& config);
 // Throws std::invalid_argument("<name> must be in [0, 1], got ...") unless 0 <= t <= 1.
 void validate_threshold(float t, const char* name);
 
+// Throws std::invalid_argument unless the letterbox has a source size >= 1x1, a positive finite
+// scale and finite padding: what make_letterbox returns (a default Letterbox{} has scale 0).
+void validate(const Letterbox& letterbox);
+
+// The input every NMS entry point (CPU and GPU) checks: throws std::invalid_argument, the
+// message prefixed with `who`, if a score is NaN (it would compare false with every score and
+// break the order) or an index is negative or repeats (ties in score are broken by it, so a
+// repeat would make the result depend on the input order).
+void validate_nms_input(const std::vector<Detection>& boxes, const char* who);
+
 // What the postprocess returns to the host.
 struct PostprocessResult {
   std::vector<Detection> detections;  // in NMS order: score desc, index asc
@@ -253,7 +263,7 @@ class GraphExec {
 // is baked into the graph: write each frame's output to the same device buffer):
 //   post.capture_graph(d_output, spec.elements(), stream);  then per frame: post.launch_graph(stream)
 //
-// Throws std::invalid_argument for a bad spec or config (before allocating anything).
+// Throws std::invalid_argument for a bad spec, letterbox or config (before allocating anything).
 class GpuPostprocessor {
  public:
   GpuPostprocessor(const OutputSpec& spec, const Letterbox& letterbox,
@@ -327,17 +337,20 @@ void sort_for_nms(std::vector<Detection>& boxes);
 // Greedy NMS (the semantics at the top of this file): in NMS order, keep a box unless a kept box
 // of the same class (any kept box when class_agnostic) has IoU > iou_threshold with it. Returns
 // the kept boxes in NMS order. Equal to cv::dnn::NMSBoxes run per class (the tests check it).
+// Throws std::invalid_argument if iou_threshold is outside [0, 1], a score is NaN or an index
+// is negative or repeats (validate_nms_input), as nms_gpu does.
 std::vector<Detection> nms_cpu(std::vector<Detection> boxes, float iou_threshold,
                                bool class_agnostic);
 
 // Fast NMS (what v1 computes): drop a box if ANY higher box in NMS order (kept or not) of its
-// class has IoU > iou_threshold with it.
+// class has IoU > iou_threshold with it. Throws as nms_cpu does.
 std::vector<Detection> fast_nms_cpu(std::vector<Detection> boxes, float iou_threshold,
                                     bool class_agnostic);
 
 // Decode + confidence filter + top-K: every candidate that passes, in NMS order, truncated to
 // max_candidates. num_dropped = passing - kept. Throws std::invalid_argument if elements !=
-// spec.elements() or conf_threshold is outside [0, 1].
+// spec.elements(), output is null (with elements > 0), the spec or the letterbox is invalid
+// (validate), conf_threshold is outside [0, 1] or max_candidates < 1.
 struct DecodeResult {
   std::vector<Detection> candidates;
   int num_above_threshold = 0;
@@ -347,7 +360,8 @@ DecodeResult decode_cpu(const float* output, std::size_t elements, const OutputS
                         const Letterbox& letterbox, float conf_threshold, int max_candidates);
 
 // The whole postprocess on the CPU: decode_cpu, then nms_cpu (or fast_nms_cpu for v1), then the
-// first max_detections. What GpuPostprocessor must return.
+// first max_detections. What GpuPostprocessor must return. Throws std::invalid_argument for a
+// bad config (validate) and whatever decode_cpu rejects.
 PostprocessResult postprocess_cpu(const float* output, std::size_t elements,
                                   const OutputSpec& spec, const Letterbox& letterbox,
                                   const PostprocessConfig& config);

@@ -86,6 +86,7 @@ std::vector<float> make_detector_output(const OutputSpec& spec, const Letterbox&
                                         const std::vector<GroundTruth>& objects,
                                         const GeneratorConfig& config) {
   validate(spec);
+  validate(letterbox);
   if (config.candidates_per_object < 1 || !(config.jitter >= 0.0f && config.jitter <= 0.1f)) {
     throw std::invalid_argument(
         "make_detector_output: expected candidates_per_object >= 1 and jitter in [0, 0.1]");

@@ -69,8 +69,8 @@ struct GeneratorConfig {
 // 20 whose class score is high (0.5 to 1) with objectness 0.05 to 0.2. No noise scores above 0.2.
 // yolov8 has no objectness: each class channel holds objectness x class score, computed in float
 // exactly as yolov5 decoding computes it, so both layouts decode to the same detections.
-// Objects take random distinct slots. Throws std::invalid_argument if a class id is out of
-// range or N < objects x candidates_per_object.
+// Objects take random distinct slots. Throws std::invalid_argument if the spec or the letterbox
+// is invalid (validate), a class id is out of range or N < objects x candidates_per_object.
 std::vector<float> make_detector_output(const OutputSpec& spec, const Letterbox& letterbox,
                                         const std::vector<GroundTruth>& objects,
                                         const GeneratorConfig& config);

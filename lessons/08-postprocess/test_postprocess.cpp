@@ -572,6 +572,32 @@ TEST_CASE("Bad input is rejected with a clear error, before any GPU work", "[arg
     CHECK_THROWS_WITH(nms_gpu(repeated, 0.5f, false, NmsVersion::v2_bitmask_greedy), Contains("unique"));
     const std::vector<Detection> nan = {make_box(0, 0, 1, 1, std::nanf(""), 0, 0)};
     CHECK_THROWS_WITH(nms_gpu(nan, 0.5f, false, NmsVersion::v2_bitmask_greedy), Contains("NaN"));
+    // The CPU reference checks the same: with a repeated index its result would depend on the
+    // input order, and a NaN score would suppress real boxes.
+    CHECK_THROWS_WITH(nms_cpu(repeated, 0.5f, false), Contains("unique"));
+    CHECK_THROWS_WITH(fast_nms_cpu(repeated, 0.5f, false), Contains("unique"));
+    const std::vector<Detection> negative = {make_box(0, 0, 1, 1, 0.5f, 0, -1)};
+    CHECK_THROWS_WITH(nms_cpu(negative, 0.5f, false), Contains(">= 0"));
+    const std::vector<Detection> real_and_nan = {make_box(0, 0, 1, 1, 0.9f, 0, 0),
+                                                 make_box(0, 0, 1, 1, std::nanf(""), 0, 1)};
+    CHECK_THROWS_WITH(nms_cpu(real_and_nan, 0.5f, false), Contains("NaN"));
+    CHECK_THROWS_WITH(fast_nms_cpu(real_and_nan, 0.5f, false), Contains("NaN"));
+  }
+  SECTION("CPU entry points: a null tensor, a default Letterbox") {
+    const std::vector<float> tensor(spec.elements(), 0.0f);
+    CHECK_THROWS_WITH(decode_cpu(nullptr, spec.elements(), spec, lb, 0.25f, 10), Contains("null"));
+    CHECK_THROWS_WITH(postprocess_cpu(nullptr, spec.elements(), spec, lb, c), Contains("null"));
+    const Letterbox unset{};  // scale 0: GpuPostprocessor rejects it, so do the CPU paths
+    CHECK_THROWS_WITH(decode_cpu(tensor.data(), tensor.size(), spec, unset, 0.25f, 10),
+                      Contains("positive source size and scale"));
+    CHECK_THROWS_WITH(postprocess_cpu(tensor.data(), tensor.size(), spec, unset, c),
+                      Contains("positive source size and scale"));
+    CHECK_THROWS_WITH(GpuPostprocessor(spec, unset, c), Contains("positive source size and scale"));
+    CHECK_THROWS_WITH(make_detector_output(spec, unset, {}, GeneratorConfig{}),
+                      Contains("positive source size and scale"));
+    // N = 0: no tensor to read, a null pointer is fine.
+    const OutputSpec empty{Layout::yolov8, 0, 3};
+    CHECK(decode_cpu(nullptr, 0, empty, lb, 0.25f, 10).candidates.empty());
   }
 }
 
