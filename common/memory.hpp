@@ -7,6 +7,9 @@
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
+#include <limits>
+#include <stdexcept>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -14,14 +17,27 @@
 
 namespace course {
 
+// count * size in bytes, for an allocation. Throws std::invalid_argument (naming `who`) when the
+// product does not fit in std::size_t: a wrapped product would allocate a few bytes for an
+// object that reports `count` elements, and the first write past them corrupts memory.
+inline std::size_t checked_bytes(std::size_t count, std::size_t size, const char* who) {
+  if (size != 0 && count > std::numeric_limits<std::size_t>::max() / size) {
+    throw std::invalid_argument(std::string(who) + ": " + std::to_string(count) + " x " +
+                                std::to_string(size) + " bytes does not fit in size_t");
+  }
+  return count * size;
+}
+
 // Device global memory from cudaMalloc (on the current device). A size of 0 allocates nothing
-// and data() is nullptr. Throws CudaError if the allocation fails.
+// and data() is nullptr. Throws std::invalid_argument if count * sizeof(T) overflows size_t
+// (before any CUDA call), CudaError if the allocation fails.
 template <class T>
 class DeviceBuffer {
  public:
   DeviceBuffer() = default;
   explicit DeviceBuffer(std::size_t count) : count_(count) {
-    if (count_ > 0) CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&ptr_), count_ * sizeof(T)));
+    const std::size_t bytes = checked_bytes(count, sizeof(T), "DeviceBuffer");
+    if (count_ > 0) CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&ptr_), bytes));
   }
   ~DeviceBuffer() { reset(); }
   DeviceBuffer(const DeviceBuffer&) = delete;
@@ -58,13 +74,15 @@ class DeviceBuffer {
 // Page-locked (pinned) host memory from cudaHostAlloc. `flags` are cudaHostAlloc's:
 // cudaHostAllocDefault, cudaHostAllocPortable, cudaHostAllocMapped, cudaHostAllocWriteCombined.
 // Pinned memory is what the copy engines DMA from directly; cudaMemcpyAsync only overlaps with
-// kernels when the host side is pinned.
+// kernels when the host side is pinned. Throws std::invalid_argument if count * sizeof(T)
+// overflows size_t (before any CUDA call), CudaError if the allocation fails.
 template <class T>
 class PinnedBuffer {
  public:
   PinnedBuffer() = default;
   explicit PinnedBuffer(std::size_t count, unsigned flags = cudaHostAllocDefault) : count_(count) {
-    if (count_ > 0) CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&ptr_), count_ * sizeof(T), flags));
+    const std::size_t bytes = checked_bytes(count, sizeof(T), "PinnedBuffer");
+    if (count_ > 0) CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&ptr_), bytes, flags));
   }
   ~PinnedBuffer() { reset(); }
   PinnedBuffer(const PinnedBuffer&) = delete;

@@ -1,6 +1,7 @@
 // Tests of common/: error messages, RAII owners, the child-process runner, device queries.
 #include <cuda_runtime_api.h>
 
+#include <cstdint>
 #include <cstring>
 #include <numeric>
 #include <stdexcept>
@@ -94,6 +95,19 @@ TEST_CASE("An empty DeviceBuffer allocates nothing and needs no GPU", "[raii]") 
   course::DeviceBuffer<float> moved(std::move(empty));
   CHECK(moved.data() == nullptr);
   CHECK(course::to_host(moved).empty());
+}
+
+TEST_CASE("Owners reject a count whose size in bytes overflows size_t, before any CUDA call",
+          "[raii]") {
+  // 2^62 + 1 floats is 2^64 + 4 bytes: wrapped, cudaMalloc would be asked for 4 bytes.
+  const std::size_t too_many = (std::size_t{1} << 62) + 1;
+  CHECK_THROWS_AS(course::DeviceBuffer<float>(too_many), std::invalid_argument);
+  CHECK_THROWS_AS(course::PinnedBuffer<float>(too_many), std::invalid_argument);
+  CHECK_THROWS_WITH(course::DeviceBuffer<double>(SIZE_MAX / 8 + 1), Contains("DeviceBuffer"));
+  // The largest count that fits is still a size (no false alarm at the edge).
+  CHECK(course::checked_bytes(SIZE_MAX / 8, 8, "test") == SIZE_MAX / 8 * 8);
+  CHECK_THROWS_AS(course::checked_bytes(SIZE_MAX / 8 + 1, 8, "test"), std::invalid_argument);
+  CHECK(course::checked_bytes(SIZE_MAX, 0, "test") == 0);
 }
 
 TEST_CASE("run_process captures output and exit code", "[process]") {

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <iterator>
 #include <new>
 #include <stdexcept>
 #include <string>
@@ -98,11 +99,18 @@ HostRegistration& HostRegistration::operator=(HostRegistration&& other) noexcept
 }
 
 HostAllocation::HostAllocation(HostKind kind, std::size_t bytes) : kind_(kind), bytes_(bytes) {
+  require(std::find(std::begin(kAllHostKinds), std::end(kAllHostKinds), kind) !=
+              std::end(kAllHostKinds),
+          "HostAllocation: unknown HostKind " + std::to_string(static_cast<int>(kind)));
   if (bytes == 0) return;
   switch (kind) {
     case HostKind::pageable:
     case HostKind::registered: {
       const std::size_t page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+      // Near SIZE_MAX, bytes + page - 1 would wrap to a tiny size that bytes() then misreports.
+      require(bytes <= SIZE_MAX - (page - 1),
+              "HostAllocation: " + std::to_string(bytes) +
+                  " bytes cannot be rounded up to whole pages (size_t overflow)");
       const std::size_t rounded = (bytes + page - 1) / page * page;
       pageable_.reset(static_cast<unsigned char*>(std::aligned_alloc(page, rounded)));
       if (!pageable_) throw std::bad_alloc();
@@ -156,7 +164,8 @@ double measure_copy_gbps(HostAllocation& host, course::DeviceBuffer<unsigned cha
 
 StagingBuffer::StagingBuffer(std::size_t chunk_bytes) : chunk_(chunk_bytes) {
   require(chunk_bytes > 0, "StagingBuffer: expected chunk_bytes > 0");
-  memory_ = course::PinnedBuffer<unsigned char>(kSlots * chunk_bytes);
+  memory_ = course::PinnedBuffer<unsigned char>(
+      course::checked_bytes(kSlots, chunk_bytes, "StagingBuffer"));
   for (int i = 0; i < kSlots; ++i) slot_free_.emplace_back(cudaEventDisableTiming);
 }
 

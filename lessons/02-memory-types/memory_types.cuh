@@ -96,7 +96,9 @@ class HostRegistration {
 // std::aligned_alloc on page boundaries (cudaHostRegister locks whole pages, and two
 // registrations sharing a page would collide) and are zero-filled, so every page is resident
 // before the first copy. Pinned and write-combined come from cudaHostAlloc. A size of 0 allocates
-// nothing and calls no CUDA function. Throws CudaError (CUDA kinds) or std::bad_alloc.
+// nothing and calls no CUDA function. Throws std::invalid_argument for a kind that is not a
+// HostKind or a size that cannot be rounded up to whole pages (near SIZE_MAX), before allocating;
+// CudaError (CUDA kinds) or std::bad_alloc when the allocation fails.
 class HostAllocation {
  public:
   HostAllocation(HostKind kind, std::size_t bytes);
@@ -150,7 +152,8 @@ double measure_copy_gbps(HostAllocation& host, course::DeviceBuffer<unsigned cha
 
 // Exercise 4's pinned staging area: two pinned slots of `chunk_bytes` each, used in turn, and
 // one event per slot recorded when the copy engine has finished reading it. Default-constructed
-// it is empty (no CUDA call). Throws std::invalid_argument if chunk_bytes is 0.
+// it is empty (no CUDA call). Throws std::invalid_argument if chunk_bytes is 0 or kSlots x
+// chunk_bytes overflows size_t (before any CUDA call).
 class StagingBuffer {
  public:
   StagingBuffer() = default;
@@ -367,14 +370,16 @@ void transpose_cpu(const float* in, float* out, int rows, int cols);
 // cudaMallocManaged memory for `count` elements of T: one pointer valid on host and device; the
 // driver migrates pages to whichever processor touches them (on GPUs with
 // concurrent_managed_access) or prefetch_managed moves them ahead of time. 0 allocates nothing.
+// Throws std::invalid_argument if count * sizeof(T) overflows size_t (before any CUDA call),
+// CudaError if the allocation fails.
 template <class T>
 class ManagedBuffer {
  public:
   ManagedBuffer() = default;
   explicit ManagedBuffer(std::size_t count) : count_(count) {
+    const std::size_t bytes = course::checked_bytes(count, sizeof(T), "ManagedBuffer");
     if (count_ > 0) {
-      CUDA_CHECK(cudaMallocManaged(reinterpret_cast<void**>(&ptr_), count_ * sizeof(T),
-                                   cudaMemAttachGlobal));
+      CUDA_CHECK(cudaMallocManaged(reinterpret_cast<void**>(&ptr_), bytes, cudaMemAttachGlobal));
     }
   }
   ~ManagedBuffer() {
@@ -434,17 +439,20 @@ class MemPool {
 // Device memory allocated in stream order: cudaMallocAsync (the device's default pool) or
 // cudaMallocFromPoolAsync, freed with cudaFreeAsync on the same stream by the destructor. The
 // memory may be used by work on `stream` after the allocation; the stream must outlive the buffer.
+// Throws std::invalid_argument if count * sizeof(T) overflows size_t (before any CUDA call),
+// CudaError if the allocation fails.
 template <class T>
 class AsyncDeviceBuffer {
  public:
   AsyncDeviceBuffer(std::size_t count, cudaStream_t stream, cudaMemPool_t pool = nullptr)
       : count_(count), stream_(stream) {
+    const std::size_t bytes = course::checked_bytes(count, sizeof(T), "AsyncDeviceBuffer");
     if (count_ == 0) return;
     void** out = reinterpret_cast<void**>(&ptr_);
     if (pool == nullptr) {
-      CUDA_CHECK(cudaMallocAsync(out, count_ * sizeof(T), stream_));
+      CUDA_CHECK(cudaMallocAsync(out, bytes, stream_));
     } else {
-      CUDA_CHECK(cudaMallocFromPoolAsync(out, count_ * sizeof(T), pool, stream_));
+      CUDA_CHECK(cudaMallocFromPoolAsync(out, bytes, pool, stream_));
     }
   }
   ~AsyncDeviceBuffer() {

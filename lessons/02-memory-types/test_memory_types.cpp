@@ -189,6 +189,20 @@ TEST_CASE("Empty owners allocate nothing; pageable memory needs no GPU", "[owner
   CHECK_THROWS_WITH(StagingBuffer(0), Contains("chunk_bytes > 0"));
 }
 
+TEST_CASE("Owners reject sizes that overflow size_t and unknown kinds, before allocating",
+          "[owners]") {
+  // Page rounding of SIZE_MAX bytes wraps to 0: a tiny allocation that reports SIZE_MAX bytes.
+  CHECK_THROWS_AS(HostAllocation(HostKind::pageable, SIZE_MAX), std::invalid_argument);
+  CHECK_THROWS_AS(HostAllocation(HostKind::registered, SIZE_MAX - 1), std::invalid_argument);
+  CHECK_THROWS_WITH(HostAllocation(static_cast<HostKind>(7), 100), Contains("HostKind"));
+  CHECK_THROWS_AS(HostAllocation(static_cast<HostKind>(7), 0), std::invalid_argument);
+  // count * sizeof(T) past SIZE_MAX (2^62 + 1 floats wrap to 4 bytes); two slots of 2^63 bytes.
+  const std::size_t too_many = (std::size_t{1} << 62) + 1;
+  CHECK_THROWS_AS(ManagedBuffer<float>(too_many), std::invalid_argument);
+  CHECK_THROWS_AS(AsyncDeviceBuffer<float>(too_many, nullptr), std::invalid_argument);
+  CHECK_THROWS_AS(StagingBuffer(SIZE_MAX / 2 + 1), std::invalid_argument);
+}
+
 TEST_CASE("measure_copy_gbps rejects sizes its buffers cannot hold", "[args]") {
   HostAllocation host(HostKind::pageable, 64);
   course::DeviceBuffer<unsigned char> none;  // 0 bytes
