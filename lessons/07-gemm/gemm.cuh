@@ -62,8 +62,10 @@ namespace lesson07 {
 enum class Activation : int { none = 0, relu = 1, silu = 2 };
 const char* to_string(Activation act);
 
+// ceil(a / b) for a >= 0, b > 0. Not (a + b - 1) / b: that overflows int for a near INT_MAX,
+// and a wrapped (negative) block count would slip past the grid-size check in the launchers.
 __host__ __device__ inline int ceil_div(int a, int b) {
-  return (a + b - 1) / b;
+  return a / b + (a % b != 0 ? 1 : 0);
 }
 
 __host__ __device__ inline float relu(float x) {

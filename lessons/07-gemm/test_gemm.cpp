@@ -5,6 +5,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <cstdint>
 #include <functional>
@@ -265,6 +266,30 @@ TEST_CASE("Bad shapes and null pointers are rejected before any GPU work", "[arg
   // A matrix too tall for gridDim.y (65535 blocks of 32 rows) is refused, not truncated.
   CHECK_THROWS_WITH(lesson07::sgemm_v3_smem_tiling(3000000, 1, 1, 1, p, p, 0, dummy),
                     Contains("gridDim.y"));
+}
+
+TEST_CASE("A matrix as tall as INT_MAX is refused before any GPU work, not wrapped", "[args]") {
+  // ceil(a / b) in exact (64-bit) arithmetic is the oracle.
+  const auto exact = [](long long a, long long b) { return (a + b - 1) / b; };
+  CHECK(lesson07::ceil_div(INT_MAX, 32) == exact(INT_MAX, 32));
+  CHECK(lesson07::ceil_div(INT_MAX, 128) == exact(INT_MAX, 128));
+  CHECK(lesson07::ceil_div(INT_MAX, 1) == INT_MAX);
+  CHECK(lesson07::ceil_div(INT_MAX - 1, INT_MAX) == 1);
+  float dummy[4] = {};
+  const float* p = dummy;
+  // M x 1 x 1: every matrix has at most INT_MAX elements, so only the grid can refuse it. v1
+  // runs M along gridDim.x (limit 2^31 - 1, which INT_MAX / 32 blocks fit), so for v1 the tall
+  // dimension that lands on gridDim.y is N.
+  for (const auto& v : lesson07::sgemm_versions()) {
+    INFO(v.name);
+    if (v.number == 1) {
+      CHECK_THROWS_WITH(v.run(1, INT_MAX, 1, 1, p, p, 0, dummy, nullptr),
+                        Contains("too large for one launch"));
+    } else {
+      CHECK_THROWS_WITH(v.run(INT_MAX, 1, 1, 1, p, p, 0, dummy, nullptr),
+                        Contains("too large for one launch"));
+    }
+  }
 }
 
 TEST_CASE("Empty products (M = 0 or N = 0) are no-ops and need no pointers", "[args]") {
