@@ -49,6 +49,8 @@ void enqueue_chunks(const PipelineConfig& cfg, const std::uint32_t* in, std::uin
 // Exercise 3: the event between a preprocess stream and an inference stream.
 //
 // Hints:
+//  - First reject a null tensor or result (n > 0) or a null `ready` with std::invalid_argument,
+//    before enqueuing anything: a throw after the producer's launch leaves work in flight.
 //  - launch_spin_then_fill(tensor, n, value, spin_ns, preprocess) is the slow producer.
 //  - cudaEventRecord(ready, preprocess) AFTER it; cudaStreamWaitEvent(infer, ready, 0) AFTER
 //    the record (a wait on an event that has not been recorded yet waits for nothing).

@@ -63,8 +63,13 @@ __global__ void spin_kernel(std::uint64_t spin_ns) {
 }
 
 void launch_spin(int blocks, int threads, std::uint64_t spin_ns, cudaStream_t stream) {
-  if (blocks < 1 || threads < 1)
-    throw std::invalid_argument("launch_spin: expected blocks >= 1 and threads >= 1");
+  // 1024 threads per block is the limit on every GPU the course supports (Programming Guide,
+  // "Compute Capabilities"); past it the launch fails with cudaErrorInvalidConfiguration.
+  if (blocks < 1 || threads < 1 || threads > kMaxThreadsPerBlock) {
+    throw std::invalid_argument("launch_spin: expected blocks >= 1 and threads in [1, " +
+                                std::to_string(kMaxThreadsPerBlock) + "], got " +
+                                std::to_string(blocks) + " x " + std::to_string(threads));
+  }
   spin_kernel<<<blocks, threads, 0, stream>>>(spin_ns);
   CUDA_CHECK_LAUNCH();
 }
@@ -163,8 +168,16 @@ double fraction_of_ideal(const PipelineBound& bound, double pipelined_ms) {
   return bound.ideal_ms / pipelined_ms;
 }
 
-PipelineTrace::PipelineTrace(int chunks) {
+namespace {
+// Runs in the member initialiser list, before the member `start` creates its event, so a bad
+// count is reported as such (and on a machine with no GPU, as a bad count, not a CUDA error).
+unsigned start_event_flags(int chunks) {
   if (chunks < 1) throw std::invalid_argument("PipelineTrace: chunks must be >= 1");
+  return cudaEventDefault;
+}
+}  // namespace
+
+PipelineTrace::PipelineTrace(int chunks) : start(start_event_flags(chunks)) {
   for (auto* events : {&h2d_done, &kernel_done, &d2h_done}) {
     events->reserve(static_cast<std::size_t>(chunks));
     for (int c = 0; c < chunks; ++c) events->emplace_back();
@@ -370,6 +383,13 @@ void enqueue_chunks(const PipelineConfig& cfg, const std::uint32_t* in, std::uin
 void preprocess_then_infer(std::uint32_t* tensor, std::uint32_t* result, std::size_t n,
                            std::uint32_t value, std::uint64_t spin_ns, int rounds,
                            cudaStream_t preprocess, cudaStream_t infer, cudaEvent_t ready) {
+  // Everything checked before anything is enqueued: a throw after the producer's launch would
+  // leave work in flight that nobody waits for.
+  if (n > 0 && (tensor == nullptr || result == nullptr)) {
+    throw std::invalid_argument("preprocess_then_infer: tensor and result must hold n elements "
+                                "(got a null pointer)");
+  }
+  if (ready == nullptr) throw std::invalid_argument("preprocess_then_infer: the event is null");
   launch_spin_then_fill(tensor, n, value, spin_ns, preprocess);
   // Record first, then wait: cudaStreamWaitEvent waits for the most recent record at the time of
   // the call. Waiting on an event not yet recorded waits for nothing.

@@ -62,7 +62,10 @@ void launch_mix(const std::uint32_t* in, std::uint32_t* out, std::size_t n, int 
 
 // `blocks` blocks of `threads` threads, each thread busy-waiting `spin_ns` nanoseconds of wall
 // clock (the %globaltimer register), writing nothing. One block occupies one SM slot, so two
-// one-block spins on two streams can run side by side if the streams allow it.
+// one-block spins on two streams can run side by side if the streams allow it. Throws
+// std::invalid_argument unless blocks >= 1 and 1 <= threads <= kMaxThreadsPerBlock (before any
+// CUDA call).
+constexpr int kMaxThreadsPerBlock = 1024;
 void launch_spin(int blocks, int threads, std::uint64_t spin_ns, cudaStream_t stream);
 
 // A slow producer: ONE block waits `spin_ns` nanoseconds, then writes `value` into dst[0, n).
@@ -168,6 +171,7 @@ double fraction_of_ideal(const PipelineBound& bound, double pipelined_ms);
 // each stage. Created once and reused, because creating events costs more than recording them.
 class PipelineTrace {
  public:
+  // Throws std::invalid_argument for chunks < 1, before creating any event.
   explicit PipelineTrace(int chunks);
   int chunks() const { return static_cast<int>(h2d_done.size()); }
   // Waits for the run to finish; returns each chunk's stage end times in ms after `start`.
@@ -248,7 +252,8 @@ Calibration calibrate_rounds(const std::uint32_t* pinned_in, std::size_t n);
 // `infer` must see the finished tensor: record `ready` on `preprocess` after the producer, then
 // make `infer` wait for it with cudaStreamWaitEvent. Neither the host nor `preprocess` waits.
 // tensor, result: device, n elements. Afterwards, once `infer` is synchronised,
-// result[i] == mix_rounds(value, rounds).
+// result[i] == mix_rounds(value, rounds). Throws std::invalid_argument, before enqueuing
+// anything, for a null tensor or result with n > 0 or a null `ready` event.
 void preprocess_then_infer(std::uint32_t* tensor, std::uint32_t* result, std::size_t n,
                            std::uint32_t value, std::uint64_t spin_ns, int rounds,
                            cudaStream_t preprocess, cudaStream_t infer, cudaEvent_t ready);

@@ -140,6 +140,26 @@ TEST_CASE("A bad pipeline configuration is rejected before any CUDA call", "[pip
   }
 }
 
+TEST_CASE("launch_spin and PipelineTrace reject bad sizes before any CUDA call", "[args]") {
+  CHECK_THROWS_WITH(cs::launch_spin(1, 1025, 0, nullptr), Contains("threads in [1, 1024]"));
+  CHECK_THROWS_AS(cs::launch_spin(1, 0, 0, nullptr), std::invalid_argument);
+  CHECK_THROWS_AS(cs::launch_spin(0, 32, 0, nullptr), std::invalid_argument);
+  CHECK_THROWS_WITH(cs::PipelineTrace(0), Contains("chunks must be >= 1"));
+  CHECK_THROWS_AS(cs::PipelineTrace(-3), std::invalid_argument);
+}
+
+TEST_CASE("preprocess_then_infer rejects null arguments before enqueuing anything", "[ex3]") {
+  // Host addresses that are never dereferenced: the checks come before any CUDA call.
+  std::uint32_t buf[8] = {};
+  const auto fake_event = reinterpret_cast<cudaEvent_t>(buf);
+  CHECK_THROWS_AS(cs::preprocess_then_infer(buf, nullptr, 4, 1, 0, 1, nullptr, nullptr, fake_event),
+                  std::invalid_argument);
+  CHECK_THROWS_AS(cs::preprocess_then_infer(nullptr, buf, 4, 1, 0, 1, nullptr, nullptr, fake_event),
+                  std::invalid_argument);
+  CHECK_THROWS_AS(cs::preprocess_then_infer(buf, buf + 4, 4, 1, 0, 1, nullptr, nullptr, nullptr),
+                  std::invalid_argument);
+}
+
 TEST_CASE("calibrate_rounds rejects an empty batch", "[pipeline]") {
   CHECK_THROWS_AS(cs::calibrate_rounds(nullptr, 0), std::invalid_argument);
 }
@@ -292,6 +312,20 @@ TEST_CASE("timeline_svg rejects inconsistent panels", "[timeline]") {
   CHECK_THROWS_WITH(cs::timeline_svg({{"p", 2, spans}}, ""), Contains("expected 0..1"));
   CHECK_THROWS_AS(cs::timeline_svg({{"p", 0, {}}}, ""), std::invalid_argument);
   CHECK_NOTHROW(cs::timeline_svg({{"empty", 1, {}}}, ""));
+}
+
+TEST_CASE("timeline_svg rejects spans with non-finite, negative or absurd times", "[timeline]") {
+  const double inf = std::numeric_limits<double>::infinity();
+  const auto one = [](double start, double end) {
+    return std::vector<cs::TimelinePanel>{{"p", 1, {{0, 0, cs::Stage::h2d, start, end}}}};
+  };
+  CHECK_THROWS_WITH(cs::timeline_svg(one(0.0, 1.7e308), ""), Contains("expected 0 <= start"));
+  CHECK_THROWS_AS(cs::timeline_svg(one(0.0, inf), ""), std::invalid_argument);
+  CHECK_THROWS_AS(cs::timeline_svg(one(std::nan(""), std::nan("")), ""), std::invalid_argument);
+  CHECK_THROWS_AS(cs::timeline_svg(one(0.0, std::nan("")), ""), std::invalid_argument);
+  CHECK_THROWS_AS(cs::timeline_svg(one(-1.0, 1.0), ""), std::invalid_argument);
+  CHECK_THROWS_AS(cs::timeline_svg(one(2.0, 1.0), ""), std::invalid_argument);
+  CHECK_NOTHROW(cs::timeline_svg(one(0.0, cs::kMaxTimelineMs), ""));
 }
 
 TEST_CASE("write_text_file writes the text and names the path it could not open", "[timeline]") {

@@ -57,8 +57,10 @@ double nice_tick_step(double range, int max_ticks);
 
 // A standalone SVG (1000 px wide) drawing the panels on one shared time axis, with a legend and
 // `caption` under the title. Each bar carries class "bar h2d|kernel|d2h" and a <title> tooltip.
-// Throws std::invalid_argument for no panels, a panel with streams < 1, or a span whose stream is
-// outside its panel.
+// Throws std::invalid_argument for no panels, a panel with streams < 1, a span whose stream is
+// outside its panel, or a span whose times are not 0 <= start_ms <= end_ms <= kMaxTimelineMs
+// (NaN and inf included).
+constexpr double kMaxTimelineMs = 1e9;  // 11.6 days: far beyond any run this lesson times
 std::string timeline_svg(const std::vector<TimelinePanel>& panels, const std::string& caption);
 
 // "&", "<", ">", '"' and "'" as XML entities.
