@@ -105,12 +105,16 @@ void make_first_call(const std::string& name, int device) {
 __global__ void kernel_a(int* out) { *out = 1; }
 __global__ void kernel_b(int* out) { *out = 2; }
 
+// A null `out` would fault inside the kernel: an illegal address is a sticky error that ruins
+// the context for every later call, so it is caught here, before the launch.
 void launch_kernel_a(int* out, cudaStream_t stream) {
+  if (out == nullptr) throw std::invalid_argument("launch_kernel_a: out is null");
   kernel_a<<<1, 1, 0, stream>>>(out);
   CUDA_CHECK_LAUNCH();
 }
 
 void launch_kernel_b(int* out, cudaStream_t stream) {
+  if (out == nullptr) throw std::invalid_argument("launch_kernel_b: out is null");
   kernel_b<<<1, 1, 0, stream>>>(out);
   CUDA_CHECK_LAUNCH();
 }

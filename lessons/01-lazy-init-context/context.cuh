@@ -40,6 +40,7 @@ std::string to_string(CUcontext ctx);
 
 // Two trivial kernels. With lazy module loading (the default since CUDA 12.2) each is loaded
 // into the context the first time it is launched, not when the context is created.
+// `out`: device memory for one int. Throws std::invalid_argument, before launching, if it is null.
 void launch_kernel_a(int* out, cudaStream_t stream = nullptr);  // writes 1 to *out
 void launch_kernel_b(int* out, cudaStream_t stream = nullptr);  // writes 2 to *out
 const void* kernel_a_symbol();  // the host stub address the runtime knows the kernel by

@@ -234,6 +234,12 @@ TEST_CASE("make_first_call rejects an unknown call", "[args]") {
   CHECK_THROWS_AS(lesson01::make_first_call("cudaNoSuchCall", 0), std::invalid_argument);
 }
 
+TEST_CASE("The kernel launchers reject a null output before launching", "[args]") {
+  // Checked before any CUDA call, so this runs in the shared test process: no context is made.
+  CHECK_THROWS_AS(lesson01::launch_kernel_a(nullptr), std::invalid_argument);
+  CHECK_THROWS_AS(lesson01::launch_kernel_b(nullptr), std::invalid_argument);
+}
+
 // ---------------------------------------------------------------- exercise 1
 
 TEST_CASE("Exercise 1: primary_context_is_active rejects a negative ordinal", "[ex1]") {
