@@ -101,7 +101,8 @@ void warp_max_allreduce(const float* in, float* out, std::size_t n, cudaStream_t
 //  - by_blocks = max_blocks_per_sm. blocks_per_sm = min of the four; limiter = the first of
 //    "warps", "blocks", "registers", "shared memory" equal to it; active_warps and occupancy
 //    follow.
-//  - block_size < 1: std::invalid_argument.
+//  - block_size < 1: std::invalid_argument. Then call validate_sm_limits(sm) (already written for
+//    you, in kernels.cu): it rejects the zero units and sizes that would divide by zero.
 
 OccupancyEstimate occupancy_by_hand(const SmLimits& sm, const KernelResources& k, int block_size,
                                     std::size_t dynamic_smem_bytes) {

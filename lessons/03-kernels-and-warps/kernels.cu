@@ -565,6 +565,17 @@ SmLimits sm_limits(int device) {
   return s;
 }
 
+void validate_sm_limits(const SmLimits& sm) {
+  // The occupancy arithmetic divides by each of these; a zero would be a SIGFPE, not an answer.
+  const auto positive = [](int v, const char* name) {
+    require(v >= 1, std::string("SmLimits: ") + name + " must be >= 1, got " + std::to_string(v));
+  };
+  positive(sm.warp_size, "warp_size");
+  positive(sm.sub_partitions, "sub_partitions");
+  positive(sm.reg_alloc_unit, "reg_alloc_unit");
+  positive(sm.smem_alloc_unit, "smem_alloc_unit");
+}
+
 // =============================================================================================
 // Exercise solutions. exercise.cu holds the stubs with the same signatures; the exercise build
 // (make check LESSON=03) compiles this file with LESSON_EXERCISE_BUILD defined, leaving this
@@ -635,6 +646,7 @@ OccupancyEstimate occupancy_by_hand(const SmLimits& sm, const KernelResources& k
                                     std::size_t dynamic_smem_bytes) {
   require(block_size >= 1,
           "occupancy_by_hand: block_size must be >= 1, got " + std::to_string(block_size));
+  validate_sm_limits(sm);
   OccupancyEstimate e;
   const int warps_per_block = (block_size + sm.warp_size - 1) / sm.warp_size;
   const int max_warps_per_sm = sm.max_threads_per_sm / sm.warp_size;

@@ -304,6 +304,10 @@ struct SmLimits {
 };
 SmLimits sm_limits(int device = 0);  // throws CudaError
 
+// Throws std::invalid_argument unless warp_size, sub_partitions, reg_alloc_unit and
+// smem_alloc_unit are >= 1: the occupancy calculation divides by each of them.
+void validate_sm_limits(const SmLimits& sm);
+
 // ---------------------------------------------------------------------------------------------
 // 6. Deployment example: the image layout a TensorRT engine takes
 // ---------------------------------------------------------------------------------------------
@@ -368,7 +372,7 @@ void warp_max_allreduce(const float* in, float* out, std::size_t n, cudaStream_t
 // A launch that cannot run at all (block_size above what the device or kernel allows, too many
 // registers or too much shared memory for one block, dynamic_smem_bytes above
 // k.max_dynamic_smem_bytes) gives blocks_per_sm == 0.
-// Throws std::invalid_argument if block_size < 1.
+// Throws std::invalid_argument if block_size < 1 or validate_sm_limits(sm) rejects sm.
 struct OccupancyEstimate {
   int by_warps = 0;          // warp slots: (max_threads_per_sm / 32) / warps per block
   int by_registers = 0;      // register file, allocated per warp in units of reg_alloc_unit

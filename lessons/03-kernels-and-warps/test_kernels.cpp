@@ -365,6 +365,34 @@ TEST_CASE("Exercise 3: occupancy by hand, worked examples on an H200", "[ex3][oc
   SECTION("block_size < 1 is a bad argument") {
     CHECK_THROWS_AS(occupancy_by_hand(h200, resources(16, 0, 49152), 0), std::invalid_argument);
   }
+  SECTION("SmLimits with a zero unit are bad arguments, not a division by zero") {
+    for (int field = 0; field < 4; ++field) {
+      SmLimits bad = h200;
+      int* const units[] = {&bad.warp_size, &bad.sub_partitions, &bad.reg_alloc_unit,
+                            &bad.smem_alloc_unit};
+      *units[field] = 0;
+      CAPTURE(field);
+      CHECK_THROWS_AS(occupancy_by_hand(bad, resources(16, 0, 49152), 256), std::invalid_argument);
+    }
+  }
+}
+
+TEST_CASE("validate_sm_limits rejects the units the occupancy arithmetic divides by",
+          "[occupancy]") {
+  const SmLimits h200 = limits_of(kGpus[4]);
+  CHECK_NOTHROW(validate_sm_limits(h200));
+  SmLimits bad = h200;
+  bad.warp_size = 0;
+  CHECK_THROWS_WITH(validate_sm_limits(bad), Contains("warp_size must be >= 1"));
+  bad = h200;
+  bad.sub_partitions = -4;
+  CHECK_THROWS_AS(validate_sm_limits(bad), std::invalid_argument);
+  bad = h200;
+  bad.reg_alloc_unit = 0;
+  CHECK_THROWS_AS(validate_sm_limits(bad), std::invalid_argument);
+  bad = h200;
+  bad.smem_alloc_unit = 0;
+  CHECK_THROWS_WITH(validate_sm_limits(bad), Contains("smem_alloc_unit"));
 }
 
 TEST_CASE("Exercise 3: occupancy by hand agrees with cuda_occupancy.h on Turing to Hopper",
