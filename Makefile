@@ -6,6 +6,7 @@
 #   make check LESSON=NN       build and run lesson NN's tests against YOUR exercise.cu
 #   make bench [LESSON=NN]     run the benchmarks; JSON goes to build/bench/ (BENCH_ARGS: flags)
 #   make sanitize [LESSON=NN]  run the GPU tests under compute-sanitizer
+#   make format                clang-format every C++/CUDA source in place (.clang-format)
 #   make clean                 remove the build folder
 #
 # Variables: BUILD (build folder, default build), CMAKE_ARGS (e.g. -DCMAKE_CUDA_ARCHITECTURES=86),
@@ -28,7 +29,7 @@ CTEST      := ctest --test-dir $(BUILD) --output-on-failure
 PACKAGES := build-essential cmake ninja-build catch2 libcli11-dev libopencv-dev libbenchmark-dev libstb-dev python3
 SUDO     := $(if $(filter 0,$(shell id -u)),,sudo)
 
-.PHONY: all deps configure build run test check bench sanitize clean lesson-given lesson-selected
+.PHONY: all deps configure build run test check bench sanitize format clean lesson-given lesson-selected
 
 all: build
 
@@ -89,6 +90,11 @@ sanitize: lesson-selected build
 	    [ $$rc = 77 ] && { echo "no usable GPU: nothing to sanitize"; exit 2; }; [ $$rc = 0 ] || exit $$rc; \
 	  done; \
 	done
+
+# The committed .clang-format decides; formatted with clang-format 14 (Debian 12).
+format:
+	@command -v clang-format >/dev/null || { echo "clang-format not found (Debian/Ubuntu package clang-format)"; exit 2; }
+	git ls-files '*.cu' '*.cuh' '*.cpp' '*.hpp' | xargs clang-format -i
 
 clean:
 	rm -rf $(BUILD)

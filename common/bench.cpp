@@ -55,10 +55,13 @@ void report_throughput(benchmark::State& state, double bytes, double seconds_per
 void report_bandwidth(benchmark::State& state, double bytes, double seconds_per_iteration) {
   if (seconds_per_iteration <= 0.0) return;
   report_throughput(state, bytes, seconds_per_iteration);
-  state.counters["%copy"] = 100.0 * (bytes / seconds_per_iteration / 1e9) / ceilings().d2d_copy_gbps;
+  state.counters["%copy"] =
+      100.0 * (bytes / seconds_per_iteration / 1e9) / ceilings().d2d_copy_gbps;
 }
 
-void set_baseline(const std::string& name, double gbps) { baselines()[name] = gbps; }
+void set_baseline(const std::string& name, double gbps) {
+  baselines()[name] = gbps;
+}
 
 void report_vs_baseline(benchmark::State& state, const std::string& name, double gbps) {
   const auto it = baselines().find(name);
@@ -73,9 +76,10 @@ int run_main(int argc, char** argv) {
     if (!require_device(argv[0])) return 1;
     const DeviceInfo info = query_device(0);
     const Ceilings& c = ceilings();
-    std::printf("%s\ndevice-to-device cudaMemcpy: %.0f GB/s (%.0f%% of the theoretical %.0f GB/s)\n",
-                summary(info).c_str(), c.d2d_copy_gbps, 100.0 * c.d2d_copy_gbps / c.dram_theoretical_gbps,
-                c.dram_theoretical_gbps);
+    std::printf(
+        "%s\ndevice-to-device cudaMemcpy: %.0f GB/s (%.0f%% of the theoretical %.0f GB/s)\n",
+        summary(info).c_str(), c.d2d_copy_gbps, 100.0 * c.d2d_copy_gbps / c.dram_theoretical_gbps,
+        c.dram_theoretical_gbps);
     benchmark::AddCustomContext("device", info.name);
     benchmark::AddCustomContext("compute_capability", info.compute_capability());
     benchmark::AddCustomContext("dram_theoretical_gbps", std::to_string(c.dram_theoretical_gbps));
@@ -83,7 +87,9 @@ int run_main(int argc, char** argv) {
     int driver = 0, runtime = 0;
     CUDA_CHECK(cudaDriverGetVersion(&driver));
     CUDA_CHECK(cudaRuntimeGetVersion(&runtime));
-    const auto version = [](int v) { return std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10); };
+    const auto version = [](int v) {
+      return std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10);
+    };
     benchmark::AddCustomContext("cuda_driver_api", version(driver));
     benchmark::AddCustomContext("cuda_runtime", version(runtime));
     benchmark::RunSpecifiedBenchmarks();

@@ -55,7 +55,8 @@ double time_on_gpu(benchmark::State& state, cudaStream_t stream, Setup&& setup, 
 
 template <class F>
 double time_on_gpu(benchmark::State& state, cudaStream_t stream, F&& enqueue) {
-  return time_on_gpu(state, stream, [] {}, std::forward<F>(enqueue));
+  return time_on_gpu(
+      state, stream, [] {}, std::forward<F>(enqueue));
 }
 
 // Host wall-clock seconds of `run()`, which must finish its own GPU work: for costs paid on the
@@ -76,9 +77,9 @@ double time_on_host(benchmark::State& state, F&& run) {
 
 // The hardware ceilings a run is compared with, measured or read once per process.
 struct Ceilings {
-  std::string device;           // device name
-  double dram_theoretical_gbps; // from memory clock x bus width (DeviceInfo::peak_dram_gbps)
-  double d2d_copy_gbps;         // cudaMemcpy device-to-device, bytes read + written per second
+  std::string device;            // device name
+  double dram_theoretical_gbps;  // from memory clock x bus width (DeviceInfo::peak_dram_gbps)
+  double d2d_copy_gbps;          // cudaMemcpy device-to-device, bytes read + written per second
 };
 const Ceilings& ceilings();
 
@@ -101,5 +102,7 @@ int run_main(int argc, char** argv);
 
 }  // namespace course::bench
 
-#define COURSE_BENCH_MAIN() \
-  int main(int argc, char** argv) { return ::course::bench::run_main(argc, argv); }
+#define COURSE_BENCH_MAIN()                       \
+  int main(int argc, char** argv) {               \
+    return ::course::bench::run_main(argc, argv); \
+  }

@@ -39,4 +39,5 @@ std::string describe(cudaError_t code);
 
 // After a kernel launch: launch-configuration errors appear at once (cudaGetLastError);
 // errors inside the kernel appear only at the next synchronising call.
-#define CUDA_CHECK_LAUNCH() ::course::check_cuda(cudaGetLastError(), "kernel launch", __FILE__, __LINE__)
+#define CUDA_CHECK_LAUNCH() \
+  ::course::check_cuda(cudaGetLastError(), "kernel launch", __FILE__, __LINE__)

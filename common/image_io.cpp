@@ -30,8 +30,10 @@ cv::Mat read_image(const std::string& path) {
 void write_png(const std::string& path, const cv::Mat& image) {
   if (image.empty() || image.depth() != CV_8U ||
       (image.channels() != 1 && image.channels() != 3 && image.channels() != 4)) {
-    throw std::invalid_argument("write_png: expected a non-empty 8-bit image with 1, 3 or 4 "
-                                "channels, got type " + std::to_string(image.type()));
+    throw std::invalid_argument(
+        "write_png: expected a non-empty 8-bit image with 1, 3 or 4 "
+        "channels, got type " +
+        std::to_string(image.type()));
   }
   cv::Mat out;
   if (image.channels() == 3) {

@@ -45,8 +45,8 @@ inline Letterbox make_letterbox(int src_w, int src_h, int dst_w, int dst_h) {
                                   " size must be at least 1x1" + got);
     }
     if (w > kMaxImageDimension || h > kMaxImageDimension) {
-      throw std::invalid_argument(std::string("make_letterbox: ") + what + " size must be at most " +
-                                  std::to_string(kMaxImageDimension) +
+      throw std::invalid_argument(std::string("make_letterbox: ") + what +
+                                  " size must be at most " + std::to_string(kMaxImageDimension) +
                                   " per side (OpenCV's coordinate limit)" + got);
     }
   };

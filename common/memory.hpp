@@ -134,7 +134,8 @@ DeviceBuffer<T> to_device(const std::vector<T>& host) {
 template <class T>
 std::vector<T> to_host(const DeviceBuffer<T>& dev) {
   std::vector<T> host(dev.size());
-  if (!host.empty()) CUDA_CHECK(cudaMemcpy(host.data(), dev.data(), dev.bytes(), cudaMemcpyDeviceToHost));
+  if (!host.empty())
+    CUDA_CHECK(cudaMemcpy(host.data(), dev.data(), dev.bytes(), cudaMemcpyDeviceToHost));
   return host;
 }
 

@@ -31,7 +31,8 @@ std::string self_executable() {
   return std::string(buf.data(), static_cast<std::size_t>(n));
 }
 
-ProcessResult run_process(const std::vector<std::string>& argv, const std::vector<std::string>& env) {
+ProcessResult run_process(const std::vector<std::string>& argv,
+                          const std::vector<std::string>& env) {
   if (argv.empty()) throw std::invalid_argument("run_process: argv must name a program");
 
   // Environment: ours, with the entries of `env` replacing variables of the same name.

@@ -74,13 +74,37 @@ bool gpu_available() {
 namespace {
 // Catch2 options that take a value (v2 and v3): the word after them is not a test spec.
 bool takes_value(const std::string& opt) {
-  static const char* const with_value[] = {
-      "-o", "--out", "-r", "--reporter", "-n", "--name", "-c", "--section", "-x", "--abortx",
-      "-w", "--warn", "-d", "--durations", "-D", "--min-duration", "-f", "--input-file",
-      "-v", "--verbosity", "--order", "--rng-seed", "--use-colour", "--colour-mode",
-      "--wait-for-keypress", "--benchmark-samples", "--benchmark-resamples",
-      "--benchmark-confidence-interval", "--benchmark-warmup-time", "--shard-count",
-      "--shard-index"};
+  static const char* const with_value[] = {"-o",
+                                           "--out",
+                                           "-r",
+                                           "--reporter",
+                                           "-n",
+                                           "--name",
+                                           "-c",
+                                           "--section",
+                                           "-x",
+                                           "--abortx",
+                                           "-w",
+                                           "--warn",
+                                           "-d",
+                                           "--durations",
+                                           "-D",
+                                           "--min-duration",
+                                           "-f",
+                                           "--input-file",
+                                           "-v",
+                                           "--verbosity",
+                                           "--order",
+                                           "--rng-seed",
+                                           "--use-colour",
+                                           "--colour-mode",
+                                           "--wait-for-keypress",
+                                           "--benchmark-samples",
+                                           "--benchmark-resamples",
+                                           "--benchmark-confidence-interval",
+                                           "--benchmark-warmup-time",
+                                           "--shard-count",
+                                           "--shard-index"};
   for (const char* o : with_value) {
     if (opt == o) return true;
   }
@@ -105,7 +129,8 @@ std::vector<std::string> exclude_gpu_tests(const std::vector<char*>& args) {
       };
       std::string spec;
       std::size_t start = 0;
-      for (std::size_t comma; (comma = a.find(',', start)) != std::string::npos; start = comma + 1) {
+      for (std::size_t comma; (comma = a.find(',', start)) != std::string::npos;
+           start = comma + 1) {
         spec += exclude(a.substr(start, comma - start)) + ",";
       }
       a = spec + exclude(a.substr(start));

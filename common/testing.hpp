@@ -84,8 +84,8 @@ bool gpu_available();
 
 #define COURSE_CONCAT_(a, b) a##b
 #define COURSE_CONCAT(a, b) COURSE_CONCAT_(a, b)
-#define CHILD_PROBE(name)                                                    \
-  static int name();                                                         \
-  static const bool COURSE_CONCAT(name, _registered) =                       \
-      ::course::testing::register_child_probe(#name, &name);                 \
+#define CHILD_PROBE(name)                                    \
+  static int name();                                         \
+  static const bool COURSE_CONCAT(name, _registered) =       \
+      ::course::testing::register_child_probe(#name, &name); \
   static int name()

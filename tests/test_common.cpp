@@ -22,7 +22,8 @@ using course::testing::Contains;
 
 // ---------------------------------------------------------------- CPU tests
 
-TEST_CASE("CUDA_CHECK names the call, the file and line, the error's name and its text", "[errors]") {
+TEST_CASE("CUDA_CHECK names the call, the file and line, the error's name and its text",
+          "[errors]") {
   // cudaGetErrorName/String are pure table lookups: they need no device and no driver.
   const int line = __LINE__ + 2;
   try {
@@ -39,7 +40,8 @@ TEST_CASE("CUDA_CHECK names the call, the file and line, the error's name and it
   CHECK_NOTHROW(CUDA_CHECK(cudaSuccess));
 }
 
-TEST_CASE("CudaError is a std::runtime_error, so lesson mains can catch std::exception", "[errors]") {
+TEST_CASE("CudaError is a std::runtime_error, so lesson mains can catch std::exception",
+          "[errors]") {
   STATIC_REQUIRE(std::is_base_of<std::runtime_error, course::CudaError>::value);
   STATIC_REQUIRE(std::is_base_of<std::runtime_error, course::DriverError>::value);
   STATIC_REQUIRE(std::is_base_of<std::runtime_error, course::DriverUnavailable>::value);
@@ -144,14 +146,16 @@ TEST_CASE("A child probe runs in a fresh process and reports key=value lines", "
   CHECK(course::testing::run_child_probe("no_such_probe").exit_code == 2);
 }
 
-TEST_CASE("DeviceInfo derives the theoretical DRAM bandwidth from clock and bus width", "[device]") {
+TEST_CASE("DeviceInfo derives the theoretical DRAM bandwidth from clock and bus width",
+          "[device]") {
   course::DeviceInfo d;
   d.memory_clock_khz = 1'000'000;  // 1 GHz
   d.memory_bus_bits = 256;         // 32 bytes per transfer, 2 transfers per clock
   CHECK(d.peak_dram_gbps() == course::testing::Approx(64.0));
 }
 
-TEST_CASE("With no driver or no device, the availability check says what it looked for", "[device]") {
+TEST_CASE("With no driver or no device, the availability check says what it looked for",
+          "[device]") {
   const auto a = course::check_device_available();
   if (!a.usable) {
     CHECK_THAT(a.reason, Contains("no "));
@@ -272,7 +276,8 @@ TEST_CASE("PinnedBuffer is page-locked host memory the runtime recognises", "[gp
   std::iota(pinned.begin(), pinned.end(), 0.0f);
   course::DeviceBuffer<float> dev(pinned.size());
   course::Stream stream;
-  CUDA_CHECK(cudaMemcpyAsync(dev.data(), pinned.data(), pinned.bytes(), cudaMemcpyHostToDevice, stream));
+  CUDA_CHECK(
+      cudaMemcpyAsync(dev.data(), pinned.data(), pinned.bytes(), cudaMemcpyHostToDevice, stream));
   stream.synchronize();
   const auto back = course::to_host(dev);
   CHECK(std::equal(back.begin(), back.end(), pinned.begin()));
@@ -311,7 +316,8 @@ TEST_CASE("query_device agrees with cudaGetDeviceProperties", "[gpu][device]") {
   CHECK(d.peak_dram_gbps() > 100.0);  // every sm_75+ GPU has more than 100 GB/s
 }
 
-TEST_CASE("query_device rejects an invalid ordinal with CudaError", "[gpu][device][provokes-error]") {
+TEST_CASE("query_device rejects an invalid ordinal with CudaError",
+          "[gpu][device][provokes-error]") {
   CHECK_THROWS_AS(course::query_device(-1), course::CudaError);
 }
 

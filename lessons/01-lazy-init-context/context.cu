@@ -63,9 +63,13 @@ std::string to_string(CUcontext ctx) {
 }
 
 const char* const* first_call_names(int* count) {
-  static const char* const names[] = {"cudaGetDeviceCount", "cudaDeviceGetAttribute",
-                                      "cudaGetDeviceProperties", "cudaSetDevice",
-                                      "cudaInitDevice", "cudaMemGetInfo", "cudaFree(0)",
+  static const char* const names[] = {"cudaGetDeviceCount",
+                                      "cudaDeviceGetAttribute",
+                                      "cudaGetDeviceProperties",
+                                      "cudaSetDevice",
+                                      "cudaInitDevice",
+                                      "cudaMemGetInfo",
+                                      "cudaFree(0)",
                                       "cudaMalloc"};
   *count = static_cast<int>(sizeof names / sizeof names[0]);
   return names;
@@ -102,8 +106,12 @@ void make_first_call(const std::string& name, int device) {
 
 // ---------------------------------------------------------------- the two kernels
 
-__global__ void kernel_a(int* out) { *out = 1; }
-__global__ void kernel_b(int* out) { *out = 2; }
+__global__ void kernel_a(int* out) {
+  *out = 1;
+}
+__global__ void kernel_b(int* out) {
+  *out = 2;
+}
 
 // A null `out` would fault inside the kernel: an illegal address is a sticky error that ruins
 // the context for every later call, so it is caught here, before the launch.
@@ -119,8 +127,12 @@ void launch_kernel_b(int* out, cudaStream_t stream) {
   CUDA_CHECK_LAUNCH();
 }
 
-const void* kernel_a_symbol() { return reinterpret_cast<const void*>(&kernel_a); }
-const void* kernel_b_symbol() { return reinterpret_cast<const void*>(&kernel_b); }
+const void* kernel_a_symbol() {
+  return reinterpret_cast<const void*>(&kernel_a);
+}
+const void* kernel_b_symbol() {
+  return reinterpret_cast<const void*>(&kernel_b);
+}
 
 bool lazy_loading_enabled() {
   CUmoduleLoadingMode mode{};

@@ -31,7 +31,9 @@ using namespace lesson01;
 
 namespace {
 
-const char* yes_no(bool b) { return b ? "yes" : "no"; }
+const char* yes_no(bool b) {
+  return b ? "yes" : "no";
+}
 
 void print_state(const ContextState& s) {
   std::printf("        driver initialised: %-3s  current context: %-16s  primary context: %s\n",
@@ -39,7 +41,9 @@ void print_state(const ContextState& s) {
               s.primary_active ? "active" : "inactive");
 }
 
-void step(int n, const char* what) { std::printf("\nStep %d  %s\n", n, what); }
+void step(int n, const char* what) {
+  std::printf("\nStep %d  %s\n", n, what);
+}
 
 // Child mode: time context creation (or warm_up, exercise 2) and the first launches under the
 // CUDA_MODULE_LOADING the parent set, and print them as key=value lines.
@@ -52,9 +56,18 @@ int child_first_launch(int device, bool warm) {
     }
   });
   course::DeviceBuffer<int> out(1);
-  const double a_first = wall_ms([&] { launch_kernel_a(out.data()); CUDA_CHECK(cudaDeviceSynchronize()); });
-  const double a_second = wall_ms([&] { launch_kernel_a(out.data()); CUDA_CHECK(cudaDeviceSynchronize()); });
-  const double b_first = wall_ms([&] { launch_kernel_b(out.data()); CUDA_CHECK(cudaDeviceSynchronize()); });
+  const double a_first = wall_ms([&] {
+    launch_kernel_a(out.data());
+    CUDA_CHECK(cudaDeviceSynchronize());
+  });
+  const double a_second = wall_ms([&] {
+    launch_kernel_a(out.data());
+    CUDA_CHECK(cudaDeviceSynchronize());
+  });
+  const double b_first = wall_ms([&] {
+    launch_kernel_b(out.data());
+    CUDA_CHECK(cudaDeviceSynchronize());
+  });
   std::printf("set_device_ms=%.3f\na_first_ms=%.3f\na_second_ms=%.3f\nb_first_ms=%.3f\n",
               set_device_ms, a_first, a_second, b_first);
   return 0;
@@ -64,8 +77,8 @@ int child_first_launch(int device, bool warm) {
 int child_first_call(const std::string& call, int device) {
   double ms = wall_ms([&] { make_first_call(call, device); });
   const ContextState s = observe(device);
-  std::printf("ms=%.3f\ninit=%d\nprimary=%d\ncurrent=%d\n", ms, s.driver_initialised, s.primary_active,
-              s.current != nullptr);
+  std::printf("ms=%.3f\ninit=%d\nprimary=%d\ncurrent=%d\n", ms, s.driver_initialised,
+              s.primary_active, s.current != nullptr);
   return 0;
 }
 
@@ -85,9 +98,12 @@ int run(int device) {
   std::printf("CUDA runtime %d.%d (linked into this binary), driver API %d.%d (libcuda.so.1)\n",
               runtime_version / 1000, runtime_version % 1000 / 10, driver_version / 1000,
               driver_version % 1000 / 10);
-  std::printf("CUDA_MODULE_LOADING=%s\n", loading ? loading : "(unset: LAZY, the default since CUDA 12.2)");
+  std::printf("CUDA_MODULE_LOADING=%s\n",
+              loading ? loading : "(unset: LAZY, the default since CUDA 12.2)");
 
-  step(1, "Before any runtime call (cudaRuntimeGetVersion and cuDriverGetVersion need no driver state)");
+  step(1,
+       "Before any runtime call (cudaRuntimeGetVersion and cuDriverGetVersion need no driver "
+       "state)");
   print_state(observe(device));
 
   step(2, "cudaGetDeviceCount()");
@@ -95,20 +111,28 @@ int run(int device) {
   const double count_ms = wall_ms([&] { CUDA_CHECK(cudaGetDeviceCount(&count)); });
   std::printf("        took %.1f ms; %d device(s)\n", count_ms, count);
   print_state(observe(device));
-  std::printf("        -> the first runtime call initialised the driver (cuInit) but made no context\n");
-  if (device >= count) throw std::invalid_argument("--device " + std::to_string(device) + ": there are " + std::to_string(count) + " device(s)");
+  std::printf(
+      "        -> the first runtime call initialised the driver (cuInit) but made no context\n");
+  if (device >= count)
+    throw std::invalid_argument("--device " + std::to_string(device) + ": there are " +
+                                std::to_string(count) + " device(s)");
   const course::DeviceInfo info = course::query_device(device);
   std::printf("        device %d: %s\n", device, course::summary(info).c_str());
 
-  std::printf("        Each candidate first call, alone in a fresh process (this binary re-run):\n");
-  std::printf("        %-24s %10s %18s %18s %10s\n", "first call", "time", "driver initialised", "primary context", "current");
+  std::printf(
+      "        Each candidate first call, alone in a fresh process (this binary re-run):\n");
+  std::printf("        %-24s %10s %18s %18s %10s\n", "first call", "time", "driver initialised",
+              "primary context", "current");
   int ncalls = 0;
   const char* const* calls = first_call_names(&ncalls);
   for (int i = 0; i < ncalls; ++i) {
-    const auto r = course::run_process({course::self_executable(), "--child-first-call", calls[i], std::to_string(device)});
-    if (r.exit_code != 0) throw std::runtime_error(std::string("child (") + calls[i] + ") failed:\n" + r.output);
+    const auto r = course::run_process(
+        {course::self_executable(), "--child-first-call", calls[i], std::to_string(device)});
+    if (r.exit_code != 0)
+      throw std::runtime_error(std::string("child (") + calls[i] + ") failed:\n" + r.output);
     std::printf("        %-24s %7.1f ms %18s %18s %10s\n", calls[i], value_of(r.output, "ms"),
-                yes_no(value_of(r.output, "init") != 0), value_of(r.output, "primary") != 0 ? "created" : "-",
+                yes_no(value_of(r.output, "init") != 0),
+                value_of(r.output, "primary") != 0 ? "created" : "-",
                 yes_no(value_of(r.output, "current") != 0));
   }
 
@@ -117,9 +141,10 @@ int run(int device) {
   std::printf("        took %.1f ms\n", set_ms);
   const ContextState after_set = observe(device);
   print_state(after_set);
-  std::printf("        -> %s\n", after_set.primary_active
-                                      ? "cudaSetDevice created the primary context and made it current (CUDA 12+)"
-                                      : "cudaSetDevice only chose the device (CUDA 11 and older behaviour)");
+  std::printf("        -> %s\n",
+              after_set.primary_active
+                  ? "cudaSetDevice created the primary context and made it current (CUDA 12+)"
+                  : "cudaSetDevice only chose the device (CUDA 11 and older behaviour)");
 
   step(4, "The calls that used to pay for initialisation are now cheap");
   const double free_ms = wall_ms([&] { CUDA_CHECK(cudaFree(nullptr)); });
@@ -135,36 +160,50 @@ int run(int device) {
               yes_no(observe(device).current == primary));
 
   step(6, "Lazy module loading: the first launch of each kernel loads it");
-  std::printf("        driver's loading mode in this process: %s\n", lazy_loading_enabled() ? "LAZY" : "EAGER");
+  std::printf("        driver's loading mode in this process: %s\n",
+              lazy_loading_enabled() ? "LAZY" : "EAGER");
   course::DeviceBuffer<int> out(1);
-  const double a1 = wall_ms([&] { launch_kernel_a(out.data()); CUDA_CHECK(cudaDeviceSynchronize()); });
-  const double a2 = wall_ms([&] { launch_kernel_a(out.data()); CUDA_CHECK(cudaDeviceSynchronize()); });
+  const double a1 = wall_ms([&] {
+    launch_kernel_a(out.data());
+    CUDA_CHECK(cudaDeviceSynchronize());
+  });
+  const double a2 = wall_ms([&] {
+    launch_kernel_a(out.data());
+    CUDA_CHECK(cudaDeviceSynchronize());
+  });
   std::printf("        kernel_a launch + sync: first %.3f ms, second %.3f ms\n", a1, a2);
-  std::printf("        In fresh processes (this binary re-run), context creation and first launches:\n");
-  std::printf("        %-26s %16s %14s %14s %14s\n", "CUDA_MODULE_LOADING", "context", "1st kernel_a",
-              "2nd kernel_a", "1st kernel_b");
+  std::printf(
+      "        In fresh processes (this binary re-run), context creation and first launches:\n");
+  std::printf("        %-26s %16s %14s %14s %14s\n", "CUDA_MODULE_LOADING", "context",
+              "1st kernel_a", "2nd kernel_a", "1st kernel_b");
   struct Run {
     const char* label;
     const char* mode;
     bool warm;
   };
-  const Run runs[] = {{"LAZY", "LAZY", false}, {"EAGER", "EAGER", false}, {"LAZY, then warm_up()", "LAZY", true}};
+  const Run runs[] = {
+      {"LAZY", "LAZY", false}, {"EAGER", "EAGER", false}, {"LAZY, then warm_up()", "LAZY", true}};
   double extra[3] = {0, 0, 0};
   for (int m = 0; m < 3; ++m) {
-    const auto r = course::run_process(
-        {course::self_executable(), "--child-first-launch", std::to_string(device), runs[m].warm ? "warm" : "cold"},
-        {std::string("CUDA_MODULE_LOADING=") + runs[m].mode});
-    if (r.exit_code != 0) throw std::runtime_error(std::string("child (") + runs[m].label + ") failed:\n" + r.output);
+    const auto r = course::run_process({course::self_executable(), "--child-first-launch",
+                                        std::to_string(device), runs[m].warm ? "warm" : "cold"},
+                                       {std::string("CUDA_MODULE_LOADING=") + runs[m].mode});
+    if (r.exit_code != 0)
+      throw std::runtime_error(std::string("child (") + runs[m].label + ") failed:\n" + r.output);
     extra[m] = value_of(r.output, "a_first_ms") - value_of(r.output, "a_second_ms");
     std::printf("        %-26s %13.3f ms %11.3f ms %11.3f ms %11.3f ms\n", runs[m].label,
-                value_of(r.output, "set_device_ms"), value_of(r.output, "a_first_ms"), value_of(r.output, "a_second_ms"),
-                value_of(r.output, "b_first_ms"));
+                value_of(r.output, "set_device_ms"), value_of(r.output, "a_first_ms"),
+                value_of(r.output, "a_second_ms"), value_of(r.output, "b_first_ms"));
   }
-  std::printf("        -> the first launch of kernel_a cost %.3f ms more than the second with LAZY, %.3f ms with\n"
-              "           EAGER, %.3f ms after warm_up. Eager loading pays for every kernel of every module at\n"
-              "           context creation (this binary has two tiny ones; a TensorRT plugin library has\n"
-              "           hundreds); warm_up (exercise 2) pays for the ones you name, before the first request.\n",
-              extra[0], extra[1], extra[2]);
+  std::printf(
+      "        -> the first launch of kernel_a cost %.3f ms more than the second with LAZY, %.3f "
+      "ms with\n"
+      "           EAGER, %.3f ms after warm_up. Eager loading pays for every kernel of every "
+      "module at\n"
+      "           context creation (this binary has two tiny ones; a TensorRT plugin library has\n"
+      "           hundreds); warm_up (exercise 2) pays for the ones you name, before the first "
+      "request.\n",
+      extra[0], extra[1], extra[2]);
 
   step(7, "Contexts are current per thread");
   ContextState before, after;
@@ -176,8 +215,10 @@ int run(int device) {
     after = observe(device);
   });
   t.join();
-  std::printf("        new thread before any call: current %s; cudaGetDevice says %d (the default, not ours)\n",
-              to_string(before.current).c_str(), thread_device);
+  std::printf(
+      "        new thread before any call: current %s; cudaGetDevice says %d (the default, not "
+      "ours)\n",
+      to_string(before.current).c_str(), thread_device);
   std::printf("        after cudaSetDevice there:  current %s (the same primary context: %s)\n",
               to_string(after.current).c_str(), yes_no(after.current == primary));
 
@@ -192,25 +233,33 @@ int run(int device) {
       });
       (void)own;
     });
-    std::printf("        cuCtxCreate .. cuCtxDestroy took %.1f ms; inside, current: %s (primary: %s)\n", own_ms,
-                to_string(inside).c_str(), yes_no(inside == primary));
-    std::printf("        a cudaMalloc made inside belongs to it: %s; current afterwards: %s (primary again: %s)\n",
-                yes_no(alloc_ctx == inside), to_string(observe(device).current).c_str(),
-                yes_no(observe(device).current == primary));
+    std::printf(
+        "        cuCtxCreate .. cuCtxDestroy took %.1f ms; inside, current: %s (primary: %s)\n",
+        own_ms, to_string(inside).c_str(), yes_no(inside == primary));
+    std::printf(
+        "        a cudaMalloc made inside belongs to it: %s; current afterwards: %s (primary "
+        "again: %s)\n",
+        yes_no(alloc_ctx == inside), to_string(observe(device).current).c_str(),
+        yes_no(observe(device).current == primary));
   }
 
   step(9, "cudaDeviceReset()");
   const double reset_ms = wall_ms([&] { CUDA_CHECK(cudaDeviceReset()); });
   std::printf("        took %.1f ms\n", reset_ms);
   print_state(observe(device));
-  std::printf("        -> the primary context is released (inactive), though the thread still holds its old\n"
-              "           handle as current; the next runtime call creates a new primary context\n");
+  std::printf(
+      "        -> the primary context is released (inactive), though the thread still holds its "
+      "old\n"
+      "           handle as current; the next runtime call creates a new primary context\n");
 
-  std::printf("\nSummary (host time): cudaGetDeviceCount %.1f ms (driver initialisation), cudaSetDevice %.1f ms "
-              "(primary context), first kernel launch %.3f ms vs %.3f ms after\n",
-              count_ms, set_ms, a1, a2);
-  course::add_headline("driver init %.0f ms, primary context %.0f ms, first launch %.2f ms (then %.3f ms)",
-                       count_ms, set_ms, a1, a2);
+  std::printf(
+      "\nSummary (host time): cudaGetDeviceCount %.1f ms (driver initialisation), cudaSetDevice "
+      "%.1f ms "
+      "(primary context), first kernel launch %.3f ms vs %.3f ms after\n",
+      count_ms, set_ms, a1, a2);
+  course::add_headline(
+      "driver init %.0f ms, primary context %.0f ms, first launch %.2f ms (then %.3f ms)", count_ms,
+      set_ms, a1, a2);
   course::print_headline();
   return 0;
 }

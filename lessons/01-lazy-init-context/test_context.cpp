@@ -149,7 +149,8 @@ CHILD_PROBE(new_thread) {
   return 0;
 }
 
-TEST_CASE("A new thread starts with no current context and binds the same primary context", "[gpu]") {
+TEST_CASE("A new thread starts with no current context and binds the same primary context",
+          "[gpu]") {
   const auto c = probe("new_thread");
   CHECK(c.value("before_has_current") == "0");
   CHECK(c.value("after_is_main_context") == "1");
@@ -179,7 +180,8 @@ CHILD_PROBE(driver_context_hosts_runtime_calls) {
   return 0;
 }
 
-TEST_CASE("Runtime calls run in a context created with the Driver API when it is current", "[gpu]") {
+TEST_CASE("Runtime calls run in a context created with the Driver API when it is current",
+          "[gpu]") {
   const auto c = probe("driver_context_hosts_runtime_calls");
   CHECK(c.value("allocation_in_own_context") == "1");
   CHECK(c.value("primary_active_meanwhile") == "0");  // the runtime adopted ours, made none
@@ -256,7 +258,8 @@ CHILD_PROBE(ex1_is_active) {
   return 0;
 }
 
-TEST_CASE("Exercise 1: primary_context_is_active answers without creating a context", "[gpu][ex1]") {
+TEST_CASE("Exercise 1: primary_context_is_active answers without creating a context",
+          "[gpu][ex1]") {
   const auto c = probe("ex1_is_active");
   CHECK(c.value("fresh") == "0");
   CHECK(c.value("created_by_asking") == "0");
@@ -314,7 +317,8 @@ CHILD_PROBE(ex3_own_context) {
   return 0;
 }
 
-TEST_CASE("Exercise 3: a Driver API context hosts runtime calls and is gone afterwards", "[gpu][ex3]") {
+TEST_CASE("Exercise 3: a Driver API context hosts runtime calls and is gone afterwards",
+          "[gpu][ex3]") {
   const auto c = probe("ex3_own_context");
   CHECK(c.value("new_context_is_not_primary") == "1");
   CHECK(c.value("fn_ran_in_it") == "1");

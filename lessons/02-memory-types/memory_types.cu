@@ -43,17 +43,21 @@ MemoryFacts query_memory_facts(int device) {
   f.unified_addressing = course::device_attribute(cudaDevAttrUnifiedAddressing, device) != 0;
   f.can_map_host_memory = course::device_attribute(cudaDevAttrCanMapHostMemory, device) != 0;
   f.pageable_memory_access = course::device_attribute(cudaDevAttrPageableMemoryAccess, device) != 0;
-  f.concurrent_managed_access = course::device_attribute(cudaDevAttrConcurrentManagedAccess, device) != 0;
+  f.concurrent_managed_access =
+      course::device_attribute(cudaDevAttrConcurrentManagedAccess, device) != 0;
   f.memory_pools_supported = course::device_attribute(cudaDevAttrMemoryPoolsSupported, device) != 0;
-  f.host_register_supported = course::device_attribute(cudaDevAttrHostRegisterSupported, device) != 0;
+  f.host_register_supported =
+      course::device_attribute(cudaDevAttrHostRegisterSupported, device) != 0;
   f.host_pointer_for_registered =
       course::device_attribute(cudaDevAttrCanUseHostPointerForRegisteredMem, device) != 0;
   f.async_engine_count = course::device_attribute(cudaDevAttrAsyncEngineCount, device);
   f.total_constant_bytes =
       static_cast<std::size_t>(course::device_attribute(cudaDevAttrTotalConstantMemory, device));
   f.shared_per_block_bytes = course::device_attribute(cudaDevAttrMaxSharedMemoryPerBlock, device);
-  f.shared_per_block_optin_bytes = course::device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
-  f.shared_per_sm_bytes = course::device_attribute(cudaDevAttrMaxSharedMemoryPerMultiprocessor, device);
+  f.shared_per_block_optin_bytes =
+      course::device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+  f.shared_per_sm_bytes =
+      course::device_attribute(cudaDevAttrMaxSharedMemoryPerMultiprocessor, device);
   return f;
 }
 

@@ -203,7 +203,8 @@ LaunchLimits launch_limits(int device) {
   l.max_grid[1] = course::device_attribute(cudaDevAttrMaxGridDimY, device);
   l.max_grid[2] = course::device_attribute(cudaDevAttrMaxGridDimZ, device);
   l.smem_per_block = course::device_attribute(cudaDevAttrMaxSharedMemoryPerBlock, device);
-  l.smem_per_block_optin = course::device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+  l.smem_per_block_optin =
+      course::device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
   l.regs_per_block = course::device_attribute(cudaDevAttrMaxRegistersPerBlock, device);
   return l;
 }
@@ -557,8 +558,10 @@ SmLimits sm_limits(int device) {
   s.regs_per_sm = course::device_attribute(cudaDevAttrMaxRegistersPerMultiprocessor, device);
   s.regs_per_block = course::device_attribute(cudaDevAttrMaxRegistersPerBlock, device);
   s.smem_per_sm = course::device_attribute(cudaDevAttrMaxSharedMemoryPerMultiprocessor, device);
-  s.smem_per_block_optin = course::device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
-  s.reserved_smem_per_block = course::device_attribute(cudaDevAttrReservedSharedMemoryPerBlock, device);
+  s.smem_per_block_optin =
+      course::device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+  s.reserved_smem_per_block =
+      course::device_attribute(cudaDevAttrReservedSharedMemoryPerBlock, device);
   s.reg_alloc_unit = 256;
   s.smem_alloc_unit = s.cc_major >= 8 ? 128 : 256;
   s.sub_partitions = 4;

@@ -526,8 +526,8 @@ void section_occupancy(const Options& opt, Checks& checks) {
       ("grid-stride <<<" + std::to_string(cfg.grid.x) + ", " + std::to_string(cfg.block.x) + ">>>")
           .c_str(),
       ms, bytes / (ms * 1e6), 100.0 * bytes / (ms * 1e6) / copy_gbps);
-  course::add_headline("vector add (grid-stride) %.0f GB/s, %.0f%% of a device copy", bytes / (ms * 1e6),
-                       100.0 * bytes / (ms * 1e6) / copy_gbps);
+  course::add_headline("vector add (grid-stride) %.0f GB/s, %.0f%% of a device copy",
+                       bytes / (ms * 1e6), 100.0 * bytes / (ms * 1e6) / copy_gbps);
 }
 
 // ---------------------------------------------------------------------------------------------

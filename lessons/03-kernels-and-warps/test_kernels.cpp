@@ -634,7 +634,8 @@ TEST_CASE("launch_limits reports the limits of every sm_75+ GPU", "[gpu][limits]
 }
 
 TEST_CASE(
-    "Launches past the limits fail at once (cudaErrorInvalidConfiguration, or cudaErrorInvalidValue "
+    "Launches past the limits fail at once (cudaErrorInvalidConfiguration, or "
+    "cudaErrorInvalidValue "
     "on CUDA 13), and are not sticky",
     "[gpu][limits][provokes-error]") {
   const LaunchLimits l = launch_limits();

@@ -386,8 +386,9 @@ void preprocess_then_infer(std::uint32_t* tensor, std::uint32_t* result, std::si
   // Everything checked before anything is enqueued: a throw after the producer's launch would
   // leave work in flight that nobody waits for.
   if (n > 0 && (tensor == nullptr || result == nullptr)) {
-    throw std::invalid_argument("preprocess_then_infer: tensor and result must hold n elements "
-                                "(got a null pointer)");
+    throw std::invalid_argument(
+        "preprocess_then_infer: tensor and result must hold n elements "
+        "(got a null pointer)");
   }
   if (ready == nullptr) throw std::invalid_argument("preprocess_then_infer: the event is null");
   launch_spin_then_fill(tensor, n, value, spin_ns, preprocess);

@@ -214,9 +214,10 @@ std::string timeline_svg(const std::vector<TimelinePanel>& panels, const std::st
       // would never reach it.
       if (!(s.start_ms >= 0.0 && s.start_ms <= s.end_ms && s.end_ms <= kMaxTimelineMs)) {
         throw std::invalid_argument("timeline_svg: panel '" + p.title + "' has a span from " +
-                                    std::to_string(s.start_ms) + " to " +
-                                    std::to_string(s.end_ms) + " ms, expected 0 <= start <= end "
-                                    "<= " + std::to_string(kMaxTimelineMs) + " ms");
+                                    std::to_string(s.start_ms) + " to " + std::to_string(s.end_ms) +
+                                    " ms, expected 0 <= start <= end "
+                                    "<= " +
+                                    std::to_string(kMaxTimelineMs) + " ms");
       }
       t_max = std::max(t_max, s.end_ms);
     }

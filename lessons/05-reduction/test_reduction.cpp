@@ -60,7 +60,9 @@ std::size_t ceil_div(std::size_t a, std::size_t b) {
   return (a + b - 1) / b;
 }
 
-double tree_height(int version, std::size_t n) { return reduction::summation_tree_height(version, n); }
+double tree_height(int version, std::size_t n) {
+  return reduction::summation_tree_height(version, n);
+}
 
 struct Reference {
   double sum = 0.0;      // double precision: its own error, <= n 2^-53 sum|x|, is negligible here

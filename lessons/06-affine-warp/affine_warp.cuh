@@ -57,8 +57,8 @@ struct Affine2x3 {
 // The letterbox geometry (Letterbox, Box, make_letterbox, letterbox_box) is shared with
 // lesson 08: common/letterbox.cuh.
 using course::Box;
-using course::letterbox_box;
 using course::Letterbox;
+using course::letterbox_box;
 using course::make_letterbox;
 
 // Network-input normalisation, per channel in RGB order: out = (v / 255 - mean) / std.

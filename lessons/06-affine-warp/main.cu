@@ -2,8 +2,8 @@
 //
 //   lesson06 [--image FILE] [--size WxH] [--out DIR] [--help]
 //
-// Takes a frame (a generated 1920x1080 test pattern, or a PNG/JPEG/BMP/PPM file), letterboxes it to the
-// network input with each kernel version, compares every result with OpenCV, shows what the
+// Takes a frame (a generated 1920x1080 test pattern, or a PNG/JPEG/BMP/PPM file), letterboxes it to
+// the network input with each kernel version, compares every result with OpenCV, shows what the
 // half-pixel terms are for, maps a box back, times the versions against the OpenCV CPU
 // pipeline, and writes PNGs of the result. Exits 0 when every check passes.
 #include <algorithm>
@@ -97,7 +97,8 @@ int run(const Options& opt) {
   };
 
   // ---- 1. The frame and its letterbox geometry.
-  const cv::Mat src = opt.image.empty() ? make_test_pattern(1920, 1080) : course::read_image(opt.image);
+  const cv::Mat src =
+      opt.image.empty() ? make_test_pattern(1920, 1080) : course::read_image(opt.image);
   std::printf("1. Input: %dx%d BGR uint8 (%s) -> network input %dx%d\n", src.cols, src.rows,
               opt.image.empty() ? "generated test pattern" : opt.image.c_str(), opt.width,
               opt.height);

@@ -296,9 +296,8 @@ TEST_CASE("Extreme aspect ratios: padding far outside the source stays padding",
   const int dw = 16, dh = 32766;
   std::vector<std::uint8_t> mine = warp_affine_reference(
       view_of(src), opencv_inverse(forward_matrix(32766, 1, dw, dh)), dw, dh, kPadValue);
-  CHECK(max_abs_diff(as_mat(mine, dw, dh),
-                     opencv_warp(src, forward_matrix(32766, 1, dw, dh), dw, dh,
-                                 cv::BORDER_CONSTANT)) <= 1);
+  CHECK(max_abs_diff(as_mat(mine, dw, dh), opencv_warp(src, forward_matrix(32766, 1, dw, dh), dw,
+                                                       dh, cv::BORDER_CONSTANT)) <= 1);
   CHECK(max_abs_diff(letterbox_reference(view_of(src), dw, dh), opencv_pipeline(src, dw, dh)) <=
         1.0 / 255 + 1e-5);
 }

@@ -622,9 +622,8 @@ TEST_CASE("Exercise 3: linear_forward rejects bad shapes and a null bias", "[ex3
   float dummy[1] = {};
   CHECK_THROWS_AS(lesson07::linear_forward(2, -2, 2, dummy, dummy, dummy, Activation::relu, dummy),
                   std::invalid_argument);
-  CHECK_THROWS_AS(
-      lesson07::linear_forward(2, 2, 2, dummy, dummy, nullptr, Activation::relu, dummy),
-      std::invalid_argument);
+  CHECK_THROWS_AS(lesson07::linear_forward(2, 2, 2, dummy, dummy, nullptr, Activation::relu, dummy),
+                  std::invalid_argument);
   CHECK_NOTHROW(
       lesson07::linear_forward(0, 2, 2, nullptr, nullptr, nullptr, Activation::relu, nullptr));
 }

@@ -72,8 +72,12 @@ const std::vector<Detection>& nms_boxes(int n) {
   return s;
 }
 
-const char* layout_name(Layout l) { return l == Layout::yolov5 ? "yolov5" : "yolov8"; }
-const char* nms_name(NmsVersion v) { return v == NmsVersion::v1_fast_parallel ? "v1" : "v2"; }
+const char* layout_name(Layout l) {
+  return l == Layout::yolov5 ? "yolov5" : "yolov8";
+}
+const char* nms_name(NmsVersion v) {
+  return v == NmsVersion::v1_fast_parallel ? "v1" : "v2";
+}
 
 // CPU timing with the same manual-time protocol as the GPU rows.
 template <class F>
@@ -90,7 +94,8 @@ double time_on_host(benchmark::State& state, F&& f) {
   return state.iterations() > 0 ? total / static_cast<double>(state.iterations()) : 0.0;
 }
 
-void report(benchmark::State& state, const std::string& baseline, double seconds, double budget_us) {
+void report(benchmark::State& state, const std::string& baseline, double seconds,
+            double budget_us) {
   if (seconds <= 0.0) return;
   course::bench::report_vs_baseline(state, baseline, 1.0 / seconds);
   state.counters["%budget"] = 100.0 * seconds * 1e6 / budget_us;
@@ -146,9 +151,8 @@ void gpu_nms(benchmark::State& state, NmsVersion version, int n) {
   const course::DeviceBuffer<Detection> d_boxes = course::to_device(boxes);
   GpuNms nms(n, version);
   course::Stream stream;
-  const double s = course::bench::time_on_gpu(state, stream, [&] {
-    nms.enqueue(d_boxes.data(), n, kIou, false, stream);
-  });
+  const double s = course::bench::time_on_gpu(
+      state, stream, [&] { nms.enqueue(d_boxes.data(), n, kIou, false, stream); });
   state.counters["kept"] = static_cast<double>(nms.download(stream).size());
   report(state, "cpu_nms_" + std::to_string(n), s, kNmsBudgetUs);
 }
@@ -163,15 +167,19 @@ bool register_benchmarks() {
         ->Apply(course::bench::defaults);
     for (const NmsVersion v : {NmsVersion::v1_fast_parallel, NmsVersion::v2_bitmask_greedy}) {
       for (const bool graph : {false, true}) {
-        const std::string name = "gpu_postprocess/" + l + "/" + nms_name(v) + (graph ? "/graph" : "/stream");
-        RegisterBenchmark(name.c_str(), gpu_postprocess, layout, v, graph)->Apply(course::bench::defaults);
+        const std::string name =
+            "gpu_postprocess/" + l + "/" + nms_name(v) + (graph ? "/graph" : "/stream");
+        RegisterBenchmark(name.c_str(), gpu_postprocess, layout, v, graph)
+            ->Apply(course::bench::defaults);
       }
     }
   }
   for (const int n : {1000, 10000, 25000}) {
-    RegisterBenchmark(("cpu_nms/" + std::to_string(n)).c_str(), cpu_nms, n)->Apply(course::bench::defaults);
+    RegisterBenchmark(("cpu_nms/" + std::to_string(n)).c_str(), cpu_nms, n)
+        ->Apply(course::bench::defaults);
     for (const NmsVersion v : {NmsVersion::v1_fast_parallel, NmsVersion::v2_bitmask_greedy}) {
-      RegisterBenchmark(("gpu_nms/" + std::string(nms_name(v)) + "/" + std::to_string(n)).c_str(), gpu_nms, v, n)
+      RegisterBenchmark(("gpu_nms/" + std::string(nms_name(v)) + "/" + std::to_string(n)).c_str(),
+                        gpu_nms, v, n)
           ->Apply(course::bench::defaults);
     }
   }

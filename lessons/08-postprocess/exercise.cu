@@ -66,9 +66,8 @@ __host__ __device__ bool decode_candidate(const float* output, const OutputSpec&
 // - IoU strictly greater than the threshold.
 // - Shift a 64-bit one: std::uint64_t{1} << k (1 << k is an int: undefined for k >= 31).
 __host__ __device__ std::uint64_t nms_mask_word(const Detection& row_box, int row,
-                                                const Detection* cols, int col_start,
-                                                int col_count, float iou_threshold,
-                                                bool class_agnostic) {
+                                                const Detection* cols, int col_start, int col_count,
+                                                float iou_threshold, bool class_agnostic) {
   (void)row_box;
   (void)row;
   (void)cols;
@@ -89,8 +88,8 @@ __host__ __device__ std::uint64_t nms_mask_word(const Detection& row_box, int ro
 //   shared memory, then combine them; __syncthreads between rounds.
 // - Validate first: rows >= 0, cols >= 1, 1 <= k <= min(cols, kMaxTopK), else
 //   std::invalid_argument. rows == 0 launches nothing. CUDA_CHECK_LAUNCH() after the launch.
-void topk_rows(const float* values, int rows, int cols, int k, float* top_values,
-               int* top_indices, cudaStream_t stream) {
+void topk_rows(const float* values, int rows, int cols, int k, float* top_values, int* top_indices,
+               cudaStream_t stream) {
   (void)values;
   (void)rows;
   (void)cols;

@@ -25,8 +25,8 @@ namespace lesson08 {
 
 // Box, Letterbox, make_letterbox and letterbox_box (forward) are shared with lesson 06.
 using course::Box;
-using course::letterbox_box;
 using course::Letterbox;
+using course::letterbox_box;
 using course::make_letterbox;
 
 // One coordinate back to the source image: (u' - pad) / s in double, clamped to [0, limit]

@@ -76,14 +76,17 @@ bool same(const std::vector<Detection>& a, const std::vector<Detection>& b) {
   for (std::size_t i = 0; i < a.size(); ++i) {
     const Detection &x = a[i], &y = b[i];
     if (x.box.x1 != y.box.x1 || x.box.y1 != y.box.y1 || x.box.x2 != y.box.x2 ||
-        x.box.y2 != y.box.y2 || x.score != y.score || x.class_id != y.class_id || x.index != y.index) {
+        x.box.y2 != y.box.y2 || x.score != y.score || x.class_id != y.class_id ||
+        x.index != y.index) {
       return false;
     }
   }
   return true;
 }
 
-const char* yes_no(bool b) { return b ? "yes" : "NO"; }
+const char* yes_no(bool b) {
+  return b ? "yes" : "NO";
+}
 
 OutputSpec spec_for(Layout layout) {
   // A 640x640 input: YOLOv5 has 3 anchors x (80^2 + 40^2 + 20^2) cells, YOLOv8 one per cell.
@@ -107,20 +110,22 @@ int run(const Options& o) {
   validate(config);
   GeneratorConfig gen;
   gen.seed = o.seed + 1;
-  std::printf("\nScene: %zu objects (%d classes) in a %dx%d image, letterboxed into 640x640:\n"
-              "  scale %.4f, padding %.1f px left/right, %.1f px top/bottom.\n"
-              "Each object yields %d candidates (the exact box + jittered copies); every other slot is\n"
-              "background noise. Thresholds: confidence > %.2f, IoU > %.2f suppresses, NMS %s.\n",
-              objects.size(), scene.num_classes, scene.src_w, scene.src_h, lb.scale, lb.pad_x,
-              lb.pad_y, gen.candidates_per_object, config.conf_threshold, config.iou_threshold,
-              config.class_agnostic ? "class-agnostic" : "class-aware");
+  std::printf(
+      "\nScene: %zu objects (%d classes) in a %dx%d image, letterboxed into 640x640:\n"
+      "  scale %.4f, padding %.1f px left/right, %.1f px top/bottom.\n"
+      "Each object yields %d candidates (the exact box + jittered copies); every other slot is\n"
+      "background noise. Thresholds: confidence > %.2f, IoU > %.2f suppresses, NMS %s.\n",
+      objects.size(), scene.num_classes, scene.src_w, scene.src_h, lb.scale, lb.pad_x, lb.pad_y,
+      gen.candidates_per_object, config.conf_threshold, config.iou_threshold,
+      config.class_agnostic ? "class-agnostic" : "class-aware");
 
   bool ok = true;
   course::Stream stream;
   std::vector<Detection> drawn;
   std::vector<float> v8_tensor;
 
-  std::printf("\n1. The full postprocess: decode -> top-K -> sort -> NMS -> one copy to pinned memory\n");
+  std::printf(
+      "\n1. The full postprocess: decode -> top-K -> sort -> NMS -> one copy to pinned memory\n");
   for (const Layout layout : {Layout::yolov5, Layout::yolov8}) {
     const OutputSpec spec = spec_for(layout);
     const std::vector<float> tensor = make_detector_output(spec, lb, objects, gen);
@@ -146,15 +151,13 @@ int run(const Options& o) {
          (!defaults || (recovered == static_cast<int>(objects.size()) &&
                         gpu.detections.size() == objects.size()));
 
-    const double stream_us = median_gpu_us(stream, o.repeats, [&] {
-      post.enqueue(d_output.data(), tensor.size(), stream);
-    });
+    const double stream_us = median_gpu_us(
+        stream, o.repeats, [&] { post.enqueue(d_output.data(), tensor.size(), stream); });
     post.capture_graph(d_output.data(), tensor.size(), stream);
     const double graph_us = median_gpu_us(stream, o.repeats, [&] { post.launch_graph(stream); });
     ok = ok && same(post.result().detections, cpu.detections);  // the graph's result, too
-    const double cpu_us = median_host_us(5, [&] {
-      postprocess_cpu(tensor.data(), tensor.size(), spec, lb, config);
-    });
+    const double cpu_us =
+        median_host_us(5, [&] { postprocess_cpu(tensor.data(), tensor.size(), spec, lb, config); });
     std::printf("   time per frame, result on the host (median of %d):\n", o.repeats);
     std::printf("     GPU, launched on a stream:  %8.1f us\n", stream_us);
     std::printf("     GPU, one CUDA graph launch: %8.1f us\n", graph_us);
@@ -165,9 +168,8 @@ int run(const Options& o) {
     fast.nms = NmsVersion::v1_fast_parallel;
     GpuPostprocessor post_v1(spec, lb, fast);
     const PostprocessResult v1 = post_v1.run(d_output.data(), tensor.size(), stream);
-    const double v1_us = median_gpu_us(stream, o.repeats, [&] {
-      post_v1.enqueue(d_output.data(), tensor.size(), stream);
-    });
+    const double v1_us = median_gpu_us(
+        stream, o.repeats, [&] { post_v1.enqueue(d_output.data(), tensor.size(), stream); });
     std::printf("   with NMS v1 (Fast NMS) instead: %zu detections, %.1f us on a stream\n",
                 v1.detections.size(), v1_us);
     if (layout == Layout::yolov8) {
@@ -176,20 +178,24 @@ int run(const Options& o) {
     }
   }
 
-  std::printf("\n2. Fast NMS is not greedy NMS: a chain A > B > C, IoU(A,B) = IoU(B,C) = 0.6, IoU(A,C) = 0.33\n");
+  std::printf(
+      "\n2. Fast NMS is not greedy NMS: a chain A > B > C, IoU(A,B) = IoU(B,C) = 0.6, IoU(A,C) = "
+      "0.33\n");
   {
-    const std::vector<Detection> chain = {{{0, 0, 8, 1}, 0.9f, 0, 0}, {{2, 0, 10, 1}, 0.8f, 0, 1},
-                                          {{4, 0, 12, 1}, 0.7f, 0, 2}};
+    const std::vector<Detection> chain = {
+        {{0, 0, 8, 1}, 0.9f, 0, 0}, {{2, 0, 10, 1}, 0.8f, 0, 1}, {{4, 0, 12, 1}, 0.7f, 0, 2}};
     const auto names = [](const std::vector<Detection>& kept) {
       std::string s;
       for (const Detection& d : kept) s += std::string(s.empty() ? "" : ", ") + "ABC"[d.index];
       return s;
     };
-    const std::vector<Detection> greedy = nms_gpu(chain, 0.5f, false, NmsVersion::v2_bitmask_greedy);
+    const std::vector<Detection> greedy =
+        nms_gpu(chain, 0.5f, false, NmsVersion::v2_bitmask_greedy);
     const std::vector<Detection> fast = nms_gpu(chain, 0.5f, false, NmsVersion::v1_fast_parallel);
     std::printf("   at IoU threshold 0.5: greedy (v2) keeps %s; Fast NMS (v1) keeps %s\n",
                 names(greedy).c_str(), names(fast).c_str());
-    std::printf("   greedy: A removes B, and B, removed, cannot remove C. Fast NMS: B still removes C.\n");
+    std::printf(
+        "   greedy: A removes B, and B, removed, cannot remove C. Fast NMS: B still removes C.\n");
     ok = ok && greedy.size() == 2 && fast.size() == 1;
   }
 
@@ -201,41 +207,47 @@ int run(const Options& o) {
     const course::DeviceBuffer<float> d_output = course::to_device(v8_tensor);
     GpuPostprocessor post(spec, lb, small);
     const PostprocessResult gpu = post.run(d_output.data(), v8_tensor.size(), stream);
-    const PostprocessResult cpu = postprocess_cpu(v8_tensor.data(), v8_tensor.size(), spec, lb, small);
+    const PostprocessResult cpu =
+        postprocess_cpu(v8_tensor.data(), v8_tensor.size(), spec, lb, small);
     const bool equal = same(gpu.detections, cpu.detections) && gpu.num_dropped == cpu.num_dropped;
-    std::printf("   %d above the threshold, %d dropped, reported; the 100 best by (score, index) kept\n"
-                "   -> %zu detections; GPU == CPU reference: %s\n",
-                gpu.num_above_threshold, gpu.num_dropped, gpu.detections.size(), yes_no(equal));
-    const double us = median_gpu_us(stream, o.repeats, [&] {
-      post.enqueue(d_output.data(), v8_tensor.size(), stream);
-    });
+    std::printf(
+        "   %d above the threshold, %d dropped, reported; the 100 best by (score, index) kept\n"
+        "   -> %zu detections; GPU == CPU reference: %s\n",
+        gpu.num_above_threshold, gpu.num_dropped, gpu.detections.size(), yes_no(equal));
+    const double us = median_gpu_us(
+        stream, o.repeats, [&] { post.enqueue(d_output.data(), v8_tensor.size(), stream); });
     std::printf("   time with the top-K selection on the overflow path: %.1f us\n", us);
     ok = ok && equal;
   }
 
-  std::printf("\n4. NMS alone: 10,000 boxes (400 clusters of 25, 80 classes), boxes already on the device\n");
+  std::printf(
+      "\n4. NMS alone: 10,000 boxes (400 clusters of 25, 80 classes), boxes already on the "
+      "device\n");
   {
     const std::vector<Detection> boxes = random_detections(10000, 80, 640, 25, 0, o.seed);
     const course::DeviceBuffer<Detection> d_boxes = course::to_device(boxes);
     const std::vector<Detection> cpu = nms_cpu(boxes, config.iou_threshold, config.class_agnostic);
-    const double cpu_us = median_host_us(3, [&] { nms_cpu(boxes, config.iou_threshold, config.class_agnostic); });
+    const double cpu_us =
+        median_host_us(3, [&] { nms_cpu(boxes, config.iou_threshold, config.class_agnostic); });
     for (const NmsVersion version : {NmsVersion::v1_fast_parallel, NmsVersion::v2_bitmask_greedy}) {
       GpuNms nms(10000, version);
       const double us = median_gpu_us(stream, std::min(o.repeats, 50), [&] {
         nms.enqueue(d_boxes.data(), 10000, config.iou_threshold, config.class_agnostic, stream);
       });
       const std::vector<Detection> kept = nms.download(stream);
-      const bool equal = version == NmsVersion::v2_bitmask_greedy
-                             ? same(kept, cpu)
-                             : same(kept, fast_nms_cpu(boxes, config.iou_threshold, config.class_agnostic));
-      std::printf("   %-18s %5zu kept, %8.1f us; equal to its CPU reference: %s\n", to_string(version),
-                  kept.size(), us, yes_no(equal));
+      const bool equal =
+          version == NmsVersion::v2_bitmask_greedy
+              ? same(kept, cpu)
+              : same(kept, fast_nms_cpu(boxes, config.iou_threshold, config.class_agnostic));
+      std::printf("   %-18s %5zu kept, %8.1f us; equal to its CPU reference: %s\n",
+                  to_string(version), kept.size(), us, yes_no(equal));
       ok = ok && equal;
       if (version == NmsVersion::v2_bitmask_greedy) {
         course::add_headline("greedy NMS of 10,000 boxes %.0f us", us);
       }
     }
-    std::printf("   %-18s %5zu kept, %8.1f us (greedy, one core)\n", "CPU reference", cpu.size(), cpu_us);
+    std::printf("   %-18s %5zu kept, %8.1f us (greedy, one core)\n", "CPU reference", cpu.size(),
+                cpu_us);
   }
 
   std::printf("\n5. A classification head: softmax over 1000 logits, then the top 5\n");
@@ -251,17 +263,21 @@ int run(const Options& o) {
     const std::vector<float> top = course::to_host(d_top);
     const std::vector<int> index = course::to_host(d_index);
     std::printf("   top 5: ");
-    for (int j = 0; j < 5; ++j) std::printf("class %d (%.3f)%s", index[j], top[j], j < 4 ? ", " : "\n");
+    for (int j = 0; j < 5; ++j)
+      std::printf("class %d (%.3f)%s", index[j], top[j], j < 4 ? ", " : "\n");
     ok = ok && index[0] == 207;
   }
 
   write_detections_png(o.out, scene.src_w, scene.src_h, objects, drawn);
-  std::printf("\nWrote %s: the %zu objects (filled) and the %zu detections recovered from the YOLOv8\n"
-              "output (outlined, with class and score).\n",
-              o.out.c_str(), objects.size(), drawn.size());
-  std::printf("\n%s\n", ok ? "PASS: every GPU result equals its CPU reference, and the ground truth came back."
-                            : "FAIL: a GPU result differs from its CPU reference (NO above), or an object\n"
-                              "was not recovered with the default thresholds.");
+  std::printf(
+      "\nWrote %s: the %zu objects (filled) and the %zu detections recovered from the YOLOv8\n"
+      "output (outlined, with class and score).\n",
+      o.out.c_str(), objects.size(), drawn.size());
+  std::printf(
+      "\n%s\n",
+      ok ? "PASS: every GPU result equals its CPU reference, and the ground truth came back."
+         : "FAIL: a GPU result differs from its CPU reference (NO above), or an object\n"
+           "was not recovered with the default thresholds.");
   course::print_headline();
   return ok ? 0 : 1;
 }

@@ -2,7 +2,7 @@
 //
 // Read top to bottom, in the order the work happens on one frame:
 //   1. decode_kernel          one thread per candidate -> bounded candidate buffer (+ dense keys)
-//   2. select_top_k_kernel    only when the buffer overflowed: the K best, whatever the thread order
+//   2. select_top_k_kernel    only on overflow: the K best, whatever the thread order
 //   3. rank_sort_kernel       (score desc, index asc)
 //   4. NMS v1: nms_v1_fast_kernel + compact_kept_kernel       parallel, not greedy
 //   5. NMS v2: nms_v2_mask_kernel + nms_v2_reduce_kernel      exact greedy, bit masks
@@ -33,7 +33,9 @@ namespace {
 constexpr unsigned kFullMask = 0xffffffffu;
 constexpr int kWarpSize = 32;
 
-int ceil_div(int a, int b) { return (a + b - 1) / b; }
+int ceil_div(int a, int b) {
+  return (a + b - 1) / b;
+}
 
 // The boxes the sort and NMS kernels work on: what decode counted, capped at the capacity.
 __device__ int candidate_count(const ResultHeader* header, int capacity) {
@@ -185,7 +187,8 @@ __global__ void __launch_bounds__(kSelectThreads)
     const int i = base + threadIdx.x;
     const std::uint32_t k = i < n ? keys[i] : 0u;
     int equal_total = 0, take_total = 0;
-    const int equal_before = equal_seen + block_exclusive_count(k == threshold_key, scratch, &equal_total);
+    const int equal_before =
+        equal_seen + block_exclusive_count(k == threshold_key, scratch, &equal_total);
     const bool take = k > threshold_key || (k == threshold_key && equal_before < equal_to_take);
     const int slot = written + block_exclusive_count(take, scratch, &take_total);
     if (take) {
@@ -201,14 +204,14 @@ __global__ void __launch_bounds__(kSelectThreads)
 // ======================================================================== 3. the sort
 
 constexpr int kSortThreads = 128;  // small blocks: n = 10,000 spreads over ~80 SMs
-constexpr int kSortTile = 2048;  // keys per shared-memory tile: 16 KiB
+constexpr int kSortTile = 2048;    // keys per shared-memory tile: 16 KiB
 
 // Rank sort: an element's position is the number of keys larger than its own. Keys are unique
 // (sort_key includes the index), so the ranks are a permutation and the result is the same
 // whatever order the candidates arrived in. O(n^2) comparisons, but all independent: for the
 // few thousand candidates a frame has, that should take microseconds, in one launch, with the
-// count read on the device. Every key is read from shared memory by all threads at once (a broadcast,
-// no bank conflict). For much larger n a radix sort (CUB DeviceRadixSort) wins.
+// count read on the device. Every key is read from shared memory by all threads at once (a
+// broadcast, no bank conflict). For much larger n a radix sort (CUB DeviceRadixSort) wins.
 __global__ void __launch_bounds__(kSortThreads)
     rank_sort_kernel(const Detection* __restrict__ in, const ResultHeader* header, int capacity,
                      Detection* __restrict__ out) {
@@ -315,12 +318,13 @@ __global__ void __launch_bounds__(kTile)
   __shared__ Detection cols[kTile];
   const int col_start = col_block * kTile;
   const int col_count = min(kTile, n - col_start);
-  if (static_cast<int>(threadIdx.x) < col_count) cols[threadIdx.x] = sorted[col_start + threadIdx.x];
+  if (static_cast<int>(threadIdx.x) < col_count)
+    cols[threadIdx.x] = sorted[col_start + threadIdx.x];
   __syncthreads();
   const int row = row_block * kTile + threadIdx.x;
   if (row < n) {
-    mask[static_cast<std::size_t>(col_block) * mask_rows + row] = nms_mask_word(
-        sorted[row], row, cols, col_start, col_count, iou_threshold, class_agnostic);
+    mask[static_cast<std::size_t>(col_block) * mask_rows + row] =
+        nms_mask_word(sorted[row], row, cols, col_start, col_count, iou_threshold, class_agnostic);
   }
 }
 
@@ -468,7 +472,9 @@ __global__ void __launch_bounds__(kSoftmaxThreads)
 std::size_t result_bytes(int max_detections) {
   return sizeof(ResultHeader) + static_cast<std::size_t>(max_detections) * sizeof(Detection);
 }
-ResultHeader* header_of(std::uint8_t* result) { return reinterpret_cast<ResultHeader*>(result); }
+ResultHeader* header_of(std::uint8_t* result) {
+  return reinterpret_cast<ResultHeader*>(result);
+}
 Detection* detections_of(std::uint8_t* result) {
   return reinterpret_cast<Detection*>(result + sizeof(ResultHeader));
 }
@@ -478,9 +484,9 @@ struct NmsBuffers {
   Detection* sorted;            // [capacity]
   std::uint64_t* mask;          // v2: [mask_stride][capacity]
   int mask_stride;
-  std::uint8_t* keep;           // v1: [capacity]
+  std::uint8_t* keep;  // v1: [capacity]
   ResultHeader* header;
-  Detection* out;               // [max_out]
+  Detection* out;  // [max_out]
   int capacity;
   int max_out;
 };
@@ -501,9 +507,10 @@ void enqueue_sort_and_nms(const NmsBuffers& b, float iou_threshold, bool class_a
   } else {
     const dim3 tiles(static_cast<unsigned>(b.mask_stride), static_cast<unsigned>(b.mask_stride));
     nms_v2_mask_kernel<<<tiles, kTile, 0, stream>>>(b.sorted, b.header, b.capacity, iou_threshold,
-                                                     class_agnostic, b.mask, b.capacity);
+                                                    class_agnostic, b.mask, b.capacity);
     CUDA_CHECK_LAUNCH();
-    const std::size_t removed_bytes = static_cast<std::size_t>(b.mask_stride) * sizeof(std::uint64_t);
+    const std::size_t removed_bytes =
+        static_cast<std::size_t>(b.mask_stride) * sizeof(std::uint64_t);
     nms_v2_reduce_kernel<<<1, kReduceThreads, removed_bytes, stream>>>(
         b.sorted, b.mask, b.capacity, b.header, b.capacity, b.max_out, b.out);
     CUDA_CHECK_LAUNCH();
@@ -565,9 +572,9 @@ void GpuPostprocessor::enqueue(const float* output, std::size_t elements, cudaSt
   if (elements != spec_.elements()) {
     throw std::invalid_argument(
         std::string("GpuPostprocessor: expected ") + std::to_string(spec_.elements()) +
-        " floats for a " + to_string(spec_.layout) + " output with N = " +
-        std::to_string(spec_.num_candidates) + ", C = " + std::to_string(spec_.num_classes) +
-        ", got " + std::to_string(elements));
+        " floats for a " + to_string(spec_.layout) +
+        " output with N = " + std::to_string(spec_.num_candidates) +
+        ", C = " + std::to_string(spec_.num_classes) + ", got " + std::to_string(elements));
   }
   if (output == nullptr && elements > 0) {
     throw std::invalid_argument("GpuPostprocessor: the output pointer is null");
@@ -582,14 +589,20 @@ void GpuPostprocessor::enqueue(const float* output, std::size_t elements, cudaSt
     CUDA_CHECK_LAUNCH();
     if (n > capacity) {  // overflow is possible: the kernel checks the count and usually returns
       select_top_k_kernel<<<1, kSelectThreads, 0, stream>>>(output, spec_, letterbox_,
-                                                             config_.conf_threshold, keys_.data(),
-                                                             header, capacity, candidates_.data());
+                                                            config_.conf_threshold, keys_.data(),
+                                                            header, capacity, candidates_.data());
       CUDA_CHECK_LAUNCH();
     }
   }
-  const NmsBuffers buffers{candidates_.data(), sorted_.data(), mask_.data(), mask_stride_,
-                           keep_.data(),       header,         detections_of(result_.data()),
-                           capacity,           config_.max_detections};
+  const NmsBuffers buffers{candidates_.data(),
+                           sorted_.data(),
+                           mask_.data(),
+                           mask_stride_,
+                           keep_.data(),
+                           header,
+                           detections_of(result_.data()),
+                           capacity,
+                           config_.max_detections};
   enqueue_sort_and_nms(buffers, config_.iou_threshold, config_.class_agnostic, config_.nms, stream);
   // One small copy back, into pinned memory: the copy engine DMAs straight into it, and the
   // copy can be captured into a graph (a pageable destination could not).
@@ -613,7 +626,8 @@ PostprocessResult GpuPostprocessor::result() const {
   PostprocessResult r;
   r.num_above_threshold = header.num_above_threshold;
   r.num_dropped = header.num_dropped;
-  r.detections.resize(static_cast<std::size_t>(std::min(header.num_detections, config_.max_detections)));
+  r.detections.resize(
+      static_cast<std::size_t>(std::min(header.num_detections, config_.max_detections)));
   if (!r.detections.empty()) {
     std::memcpy(r.detections.data(), host_result_.data() + sizeof(ResultHeader),
                 r.detections.size() * sizeof(Detection));
@@ -654,23 +668,30 @@ void GpuNms::enqueue(const Detection* boxes, int n, float iou_threshold, bool cl
                      cudaStream_t stream) {
   validate_threshold(iou_threshold, "iou_threshold");
   if (n < 0 || n > capacity_) {
-    throw std::invalid_argument("GpuNms: expected 0 <= n <= capacity = " + std::to_string(capacity_) +
-                                ", got n = " + std::to_string(n));
+    throw std::invalid_argument("GpuNms: expected 0 <= n <= capacity = " +
+                                std::to_string(capacity_) + ", got n = " + std::to_string(n));
   }
   if (n > 0 && boxes == nullptr) throw std::invalid_argument("GpuNms: the boxes pointer is null");
   ResultHeader* header = header_of(result_.data());
   begin_nms_kernel<<<1, 1, 0, stream>>>(header, n);
   CUDA_CHECK_LAUNCH();
-  const NmsBuffers buffers{boxes,  sorted_.data(), mask_.data(), mask_stride_,
-                           keep_.data(), header,   detections_of(result_.data()),
-                           capacity_,    capacity_};
+  const NmsBuffers buffers{boxes,
+                           sorted_.data(),
+                           mask_.data(),
+                           mask_stride_,
+                           keep_.data(),
+                           header,
+                           detections_of(result_.data()),
+                           capacity_,
+                           capacity_};
   enqueue_sort_and_nms(buffers, iou_threshold, class_agnostic, version_, stream);
 }
 
 std::vector<Detection> GpuNms::download(cudaStream_t stream) const {
   std::uint8_t* result = const_cast<std::uint8_t*>(result_.data());
   ResultHeader header;
-  CUDA_CHECK(cudaMemcpyAsync(&header, header_of(result), sizeof header, cudaMemcpyDeviceToHost, stream));
+  CUDA_CHECK(
+      cudaMemcpyAsync(&header, header_of(result), sizeof header, cudaMemcpyDeviceToHost, stream));
   CUDA_CHECK(cudaStreamSynchronize(stream));
   std::vector<Detection> kept(static_cast<std::size_t>(std::max(0, header.num_detections)));
   if (!kept.empty()) {
@@ -685,8 +706,8 @@ std::vector<Detection> nms_gpu(const std::vector<Detection>& boxes, float iou_th
                                bool class_agnostic, NmsVersion version) {
   validate_threshold(iou_threshold, "iou_threshold");
   if (boxes.size() > static_cast<std::size_t>(kMaxNmsBoxes)) {
-    throw std::invalid_argument("nms_gpu: at most " + std::to_string(kMaxNmsBoxes) + " boxes, got " +
-                                std::to_string(boxes.size()));
+    throw std::invalid_argument("nms_gpu: at most " + std::to_string(kMaxNmsBoxes) +
+                                " boxes, got " + std::to_string(boxes.size()));
   }
   validate_nms_input(boxes, "nms_gpu");
   const int n = static_cast<int>(boxes.size());
@@ -705,7 +726,8 @@ void softmax_rows(const float* logits, float* probs, int rows, int cols, cudaStr
                                 std::to_string(rows) + " x " + std::to_string(cols));
   }
   if (rows == 0) return;
-  if (logits == nullptr || probs == nullptr) throw std::invalid_argument("softmax_rows: null pointer");
+  if (logits == nullptr || probs == nullptr)
+    throw std::invalid_argument("softmax_rows: null pointer");
   softmax_kernel<<<rows, kSoftmaxThreads, 0, stream>>>(logits, probs, cols);
   CUDA_CHECK_LAUNCH();
 }
@@ -739,7 +761,8 @@ __host__ __device__ bool decode_candidate(const float* output, const OutputSpec&
   int best = 0;
   if (spec.layout == Layout::yolov5) {
     // A row per candidate: this thread reads 5 (or 5 + C) consecutive floats.
-    const float* row = output + static_cast<std::size_t>(i) * static_cast<std::size_t>(5 + num_classes);
+    const float* row =
+        output + static_cast<std::size_t>(i) * static_cast<std::size_t>(5 + num_classes);
     const float objectness = row[4];
     if (!(objectness > conf_threshold)) return false;  // exact: objectness x class <= objectness
     float best_class = row[5];
@@ -788,9 +811,8 @@ __host__ __device__ bool decode_candidate(const float* output, const OutputSpec&
 
 // Exercise 3.
 __host__ __device__ std::uint64_t nms_mask_word(const Detection& row_box, int row,
-                                                const Detection* cols, int col_start,
-                                                int col_count, float iou_threshold,
-                                                bool class_agnostic) {
+                                                const Detection* cols, int col_start, int col_count,
+                                                float iou_threshold, bool class_agnostic) {
   std::uint64_t bits = 0;
   for (int k = 0; k < col_count; ++k) {
     const Detection& c = cols[k];
@@ -828,7 +850,8 @@ __global__ void __launch_bounds__(kTopkThreads)
     int best_index = INT_MAX;
     for (int j = threadIdx.x; j < cols; j += blockDim.x) {
       const float v = row[j];
-      if (ranks_before(last_value, last_index, v, j) && ranks_before(v, j, best_value, best_index)) {
+      if (ranks_before(last_value, last_index, v, j) &&
+          ranks_before(v, j, best_value, best_index)) {
         best_value = v;
         best_index = j;
       }
@@ -865,12 +888,13 @@ __global__ void __launch_bounds__(kTopkThreads)
 }
 }  // namespace
 
-void topk_rows(const float* values, int rows, int cols, int k, float* top_values,
-               int* top_indices, cudaStream_t stream) {
+void topk_rows(const float* values, int rows, int cols, int k, float* top_values, int* top_indices,
+               cudaStream_t stream) {
   if (rows < 0 || cols < 1 || k < 1 || k > cols || k > kMaxTopK) {
-    throw std::invalid_argument("topk_rows: expected rows >= 0, cols >= 1 and 1 <= k <= min(cols, " +
-                                std::to_string(kMaxTopK) + "), got rows = " + std::to_string(rows) +
-                                ", cols = " + std::to_string(cols) + ", k = " + std::to_string(k));
+    throw std::invalid_argument(
+        "topk_rows: expected rows >= 0, cols >= 1 and 1 <= k <= min(cols, " +
+        std::to_string(kMaxTopK) + "), got rows = " + std::to_string(rows) +
+        ", cols = " + std::to_string(cols) + ", k = " + std::to_string(k));
   }
   if (rows == 0) return;
   if (values == nullptr || top_values == nullptr || top_indices == nullptr) {

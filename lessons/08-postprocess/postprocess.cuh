@@ -172,9 +172,8 @@ __host__ __device__ bool decode_candidate(const float* output, const OutputSpec&
 //   iou(row_box.box, cols[k].box) > iou_threshold.
 // cols holds col_count <= 64 boxes; bits k >= col_count are 0.
 __host__ __device__ std::uint64_t nms_mask_word(const Detection& row_box, int row,
-                                                const Detection* cols, int col_start,
-                                                int col_count, float iou_threshold,
-                                                bool class_agnostic);
+                                                const Detection* cols, int col_start, int col_count,
+                                                float iou_threshold, bool class_agnostic);
 
 // ------------------------------------------------------------------ the GPU postprocess
 
@@ -261,7 +260,8 @@ class GraphExec {
 //
 // Or capture the same work once as a CUDA graph and replay it for each frame (the input pointer
 // is baked into the graph: write each frame's output to the same device buffer):
-//   post.capture_graph(d_output, spec.elements(), stream);  then per frame: post.launch_graph(stream)
+//   post.capture_graph(d_output, spec.elements(), stream);  then per frame:
+//   post.launch_graph(stream)
 //
 // Throws std::invalid_argument for a bad spec, letterbox or config (before allocating anything).
 class GpuPostprocessor {
@@ -287,14 +287,14 @@ class GpuPostprocessor {
   OutputSpec spec_;
   Letterbox letterbox_;
   PostprocessConfig config_;
-  int mask_stride_ = 0;                              // 64-bit words per mask row
-  course::DeviceBuffer<std::uint32_t> keys_;         // [N] score bits, 0 = below threshold
-  course::DeviceBuffer<Detection> candidates_;       // [max_candidates], compaction order
-  course::DeviceBuffer<Detection> sorted_;           // [max_candidates], NMS order
-  course::DeviceBuffer<std::uint64_t> mask_;         // v2: [max_candidates][mask_stride_]
-  course::DeviceBuffer<std::uint8_t> keep_;          // v1: [max_candidates] keep flags
-  course::DeviceBuffer<std::uint8_t> result_;        // ResultHeader + Detection[max_detections]
-  course::PinnedBuffer<std::uint8_t> host_result_;   // its pinned mirror
+  int mask_stride_ = 0;                             // 64-bit words per mask row
+  course::DeviceBuffer<std::uint32_t> keys_;        // [N] score bits, 0 = below threshold
+  course::DeviceBuffer<Detection> candidates_;      // [max_candidates], compaction order
+  course::DeviceBuffer<Detection> sorted_;          // [max_candidates], NMS order
+  course::DeviceBuffer<std::uint64_t> mask_;        // v2: [max_candidates][mask_stride_]
+  course::DeviceBuffer<std::uint8_t> keep_;         // v1: [max_candidates] keep flags
+  course::DeviceBuffer<std::uint8_t> result_;       // ResultHeader + Detection[max_detections]
+  course::PinnedBuffer<std::uint8_t> host_result_;  // its pinned mirror
   GraphExec graph_;
 };
 
@@ -362,9 +362,8 @@ DecodeResult decode_cpu(const float* output, std::size_t elements, const OutputS
 // The whole postprocess on the CPU: decode_cpu, then nms_cpu (or fast_nms_cpu for v1), then the
 // first max_detections. What GpuPostprocessor must return. Throws std::invalid_argument for a
 // bad config (validate) and whatever decode_cpu rejects.
-PostprocessResult postprocess_cpu(const float* output, std::size_t elements,
-                                  const OutputSpec& spec, const Letterbox& letterbox,
-                                  const PostprocessConfig& config);
+PostprocessResult postprocess_cpu(const float* output, std::size_t elements, const OutputSpec& spec,
+                                  const Letterbox& letterbox, const PostprocessConfig& config);
 
 // ------------------------------------------------------------------- classification head
 
@@ -381,8 +380,8 @@ void softmax_rows(const float* logits, float* probs, int rows, int cols, cudaStr
 // memory, in order (value desc, index asc on ties): top_values and top_indices are rows x k.
 // Values must not be NaN. Throws std::invalid_argument unless rows >= 0, cols >= 1 and
 // 1 <= k <= min(cols, kMaxTopK). Asynchronous.
-void topk_rows(const float* values, int rows, int cols, int k, float* top_values,
-               int* top_indices, cudaStream_t stream);
+void topk_rows(const float* values, int rows, int cols, int k, float* top_values, int* top_indices,
+               cudaStream_t stream);
 
 // --------------------------------------------------------------- template implementation
 

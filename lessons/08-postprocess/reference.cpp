@@ -24,9 +24,9 @@ void validate(const OutputSpec& spec) {
     throw std::invalid_argument("OutputSpec: unknown layout");
   }
   if (spec.num_candidates < 0 || spec.num_classes < 1) {
-    throw std::invalid_argument("OutputSpec: expected num_candidates >= 0 and num_classes >= 1, got N = " +
-                                std::to_string(spec.num_candidates) +
-                                ", C = " + std::to_string(spec.num_classes));
+    throw std::invalid_argument(
+        "OutputSpec: expected num_candidates >= 0 and num_classes >= 1, got N = " +
+        std::to_string(spec.num_candidates) + ", C = " + std::to_string(spec.num_classes));
   }
   if (static_cast<long long>(spec.num_classes) + 5 > 0x7fffffffLL ||
       static_cast<long long>(spec.num_candidates) * spec.attributes() > 0x7fffffffLL) {
@@ -131,10 +131,10 @@ DecodeResult decode_cpu(const float* output, std::size_t elements, const OutputS
   validate(letterbox);
   validate_threshold(conf_threshold, "conf_threshold");
   if (elements != spec.elements()) {
-    throw std::invalid_argument("decode_cpu: expected " + std::to_string(spec.elements()) +
-                                " floats for a " + to_string(spec.layout) + " output with N = " +
-                                std::to_string(spec.num_candidates) + ", C = " +
-                                std::to_string(spec.num_classes) + ", got " + std::to_string(elements));
+    throw std::invalid_argument(
+        "decode_cpu: expected " + std::to_string(spec.elements()) + " floats for a " +
+        to_string(spec.layout) + " output with N = " + std::to_string(spec.num_candidates) +
+        ", C = " + std::to_string(spec.num_classes) + ", got " + std::to_string(elements));
   }
   if (output == nullptr && elements > 0) {
     throw std::invalid_argument("decode_cpu: the output pointer is null");
@@ -154,18 +154,18 @@ DecodeResult decode_cpu(const float* output, std::size_t elements, const OutputS
   return r;
 }
 
-PostprocessResult postprocess_cpu(const float* output, std::size_t elements,
-                                  const OutputSpec& spec, const Letterbox& letterbox,
-                                  const PostprocessConfig& config) {
+PostprocessResult postprocess_cpu(const float* output, std::size_t elements, const OutputSpec& spec,
+                                  const Letterbox& letterbox, const PostprocessConfig& config) {
   validate(config);
-  DecodeResult decoded = decode_cpu(output, elements, spec, letterbox, config.conf_threshold,
-                                    config.max_candidates);
+  DecodeResult decoded =
+      decode_cpu(output, elements, spec, letterbox, config.conf_threshold, config.max_candidates);
   PostprocessResult r;
   r.num_above_threshold = decoded.num_above_threshold;
   r.num_dropped = decoded.num_dropped;
-  r.detections = config.nms == NmsVersion::v1_fast_parallel
-                     ? fast_nms_cpu(std::move(decoded.candidates), config.iou_threshold, config.class_agnostic)
-                     : nms_cpu(std::move(decoded.candidates), config.iou_threshold, config.class_agnostic);
+  r.detections =
+      config.nms == NmsVersion::v1_fast_parallel
+          ? fast_nms_cpu(std::move(decoded.candidates), config.iou_threshold, config.class_agnostic)
+          : nms_cpu(std::move(decoded.candidates), config.iou_threshold, config.class_agnostic);
   if (static_cast<int>(r.detections.size()) > config.max_detections) {
     r.detections.resize(static_cast<std::size_t>(config.max_detections));
   }

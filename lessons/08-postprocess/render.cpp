@@ -42,7 +42,8 @@ void write_detections_png(const std::string& path, int width, int height,
   // The detections the postprocess recovered: outline + "class score" label.
   for (const Detection& d : detections) {
     const cv::Scalar c = class_colour(d.class_id);
-    const cv::Point p1(cvRound(d.box.x1), cvRound(d.box.y1)), p2(cvRound(d.box.x2), cvRound(d.box.y2));
+    const cv::Point p1(cvRound(d.box.x1), cvRound(d.box.y1)),
+        p2(cvRound(d.box.x2), cvRound(d.box.y2));
     cv::rectangle(image, p1, p2, c, 2, cv::LINE_AA);
     char label[32];
     std::snprintf(label, sizeof label, "%d %.2f", d.class_id, d.score);

@@ -16,11 +16,14 @@ double iou_double(const Box& a, const Box& b) {
   const double iw = std::max(0.0, std::min<double>(a.x2, b.x2) - std::max<double>(a.x1, b.x1));
   const double ih = std::max(0.0, std::min<double>(a.y2, b.y2) - std::max<double>(a.y1, b.y1));
   const double inter = iw * ih;
-  const double uni = double(a.x2 - a.x1) * (a.y2 - a.y1) + double(b.x2 - b.x1) * (b.y2 - b.y1) - inter;
+  const double uni =
+      double(a.x2 - a.x1) * (a.y2 - a.y1) + double(b.x2 - b.x1) * (b.y2 - b.y1) - inter;
   return uni > 0.0 ? inter / uni : 0.0;
 }
 
-float quarter(float v) { return std::round(v * 4.0f) / 4.0f; }
+float quarter(float v) {
+  return std::round(v * 4.0f) / 4.0f;
+}
 
 // Where one candidate's values go in the tensor.
 struct Writer {
@@ -95,8 +98,8 @@ std::vector<float> make_detector_output(const OutputSpec& spec, const Letterbox&
   if (needed > spec.num_candidates) {
     throw std::invalid_argument("make_detector_output: " + std::to_string(objects.size()) +
                                 " objects x " + std::to_string(config.candidates_per_object) +
-                                " candidates need N >= " + std::to_string(needed) + ", got N = " +
-                                std::to_string(spec.num_candidates));
+                                " candidates need N >= " + std::to_string(needed) +
+                                ", got N = " + std::to_string(spec.num_candidates));
   }
   for (const GroundTruth& o : objects) {
     if (o.class_id < 0 || o.class_id >= spec.num_classes) {
@@ -146,7 +149,8 @@ std::vector<float> make_detector_output(const OutputSpec& spec, const Letterbox&
   }
 
   // Background: every other slot.
-  const float dst_w = static_cast<float>(letterbox.dst_w), dst_h = static_cast<float>(letterbox.dst_h);
+  const float dst_w = static_cast<float>(letterbox.dst_w),
+              dst_h = static_cast<float>(letterbox.dst_h);
   for (int slot = 0; slot < spec.num_candidates; ++slot) {
     if (used[static_cast<std::size_t>(slot)]) continue;
     const float w = rng.uniform(4.0f, 0.3f * dst_w), h = rng.uniform(4.0f, 0.3f * dst_h);
@@ -178,7 +182,8 @@ std::vector<Detection> random_detections(int n, int num_classes, int image_size,
   const float max_side = std::min(100.0f, size / 2.0f);
   while (static_cast<int>(boxes.size()) < n) {
     const float w = rng.uniform(8.0f, max_side), h = rng.uniform(8.0f, max_side);
-    const float cx = rng.uniform(w / 2.0f, size - w / 2.0f), cy = rng.uniform(h / 2.0f, size - h / 2.0f);
+    const float cx = rng.uniform(w / 2.0f, size - w / 2.0f),
+                cy = rng.uniform(h / 2.0f, size - h / 2.0f);
     const int class_id = rng.below(num_classes);
     for (int k = 0; k < boxes_per_cluster && static_cast<int>(boxes.size()) < n; ++k) {
       const float x = cx + rng.uniform(-0.2f, 0.2f) * w, y = cy + rng.uniform(-0.2f, 0.2f) * h;
@@ -186,9 +191,9 @@ std::vector<Detection> random_detections(int n, int num_classes, int image_size,
       Detection d;
       d.box = {quarter(std::max(0.0f, x - bw / 2)), quarter(std::max(0.0f, y - bh / 2)),
                quarter(std::min(size, x + bw / 2)), quarter(std::min(size, y + bh / 2))};
-      d.score = score_levels > 0
-                    ? static_cast<float>(1 + rng.below(score_levels)) / static_cast<float>(score_levels)
-                    : 1.0f - rng.uniform();  // (0, 1]
+      d.score = score_levels > 0 ? static_cast<float>(1 + rng.below(score_levels)) /
+                                       static_cast<float>(score_levels)
+                                 : 1.0f - rng.uniform();  // (0, 1]
       d.class_id = class_id;
       d.index = static_cast<int>(boxes.size());
       boxes.push_back(d);

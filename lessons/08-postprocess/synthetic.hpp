@@ -26,7 +26,8 @@ class Rng {
   float uniform(float lo, float hi) { return lo + (hi - lo) * uniform(); }
   // An integer in [0, n), n >= 1 (multiply-shift: no modulo bias worth mentioning for small n).
   int below(int n) {
-    return static_cast<int>((static_cast<std::uint64_t>(engine_()) * static_cast<std::uint64_t>(n)) >> 32);
+    return static_cast<int>(
+        (static_cast<std::uint64_t>(engine_()) * static_cast<std::uint64_t>(n)) >> 32);
   }
 
  private:

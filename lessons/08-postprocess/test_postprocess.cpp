@@ -83,7 +83,8 @@ std::vector<Detection> opencv_nms(const std::vector<Detection>& boxes, float iou
     }
     std::vector<int> indices;
     cv::dnn::NMSBoxes(rects, scores, 0.0f, iou_threshold, indices);  // every score is > 0
-    for (int k : indices) kept.push_back(boxes[static_cast<std::size_t>(group.second[static_cast<std::size_t>(k)])]);
+    for (int k : indices)
+      kept.push_back(boxes[static_cast<std::size_t>(group.second[static_cast<std::size_t>(k)])]);
   }
   sort_for_nms(kept);
   return kept;
@@ -94,7 +95,9 @@ Detection make_box(float x1, float y1, float x2, float y2, float score, int clas
 }
 
 // The letterbox every generator test uses: 1280x720 into 640x640 (s = 0.5, pad_y = 140).
-Letterbox test_letterbox() { return make_letterbox(1280, 720, 640, 640); }
+Letterbox test_letterbox() {
+  return make_letterbox(1280, 720, 640, 640);
+}
 
 struct Frame {
   OutputSpec spec;
@@ -137,7 +140,8 @@ struct HandTensor {
   std::vector<float> data;
   HandTensor(Layout layout, int n, int num_classes)
       : spec{layout, n, num_classes}, data(spec.elements(), 0.0f) {}
-  void set(int i, float cx, float cy, float w, float h, float objectness, std::vector<float> classes) {
+  void set(int i, float cx, float cy, float w, float h, float objectness,
+           std::vector<float> classes) {
     const int C = spec.num_classes;
     if (spec.layout == Layout::yolov5) {
       float* row = data.data() + static_cast<std::size_t>(i) * spec.attributes();
@@ -152,7 +156,9 @@ struct HandTensor {
 };
 
 // An identity letterbox (640x640 -> 640x640): s = 1, no padding.
-Letterbox identity_letterbox() { return make_letterbox(640, 640, 640, 640); }
+Letterbox identity_letterbox() {
+  return make_letterbox(640, 640, 640, 640);
+}
 
 }  // namespace
 
@@ -229,7 +235,7 @@ TEST_CASE("iou: symmetric, and equal to a double-precision IoU on random boxes",
 TEST_CASE("decode_candidate: a YOLOv5 row", "[ex2]") {
   HandTensor t(Layout::yolov5, 3, 3);
   t.set(0, 320, 320, 100, 50, 0.8f, {0.1f, 0.9f, 0.2f});
-  t.set(1, 100, 100, 10, 10, 0.1f, {0.0f, 0.0f, 1.0f});  // objectness under the threshold
+  t.set(1, 100, 100, 10, 10, 0.1f, {0.0f, 0.0f, 1.0f});   // objectness under the threshold
   t.set(2, 600, 20, 100, 100, 0.9f, {0.5f, 0.5f, 0.3f});  // tie: the lower class wins
   const Letterbox lb = make_letterbox(1280, 720, 640, 640);
   Detection d{};
@@ -270,8 +276,9 @@ TEST_CASE("decode_candidate: a YOLOv8 column", "[ex2]") {
   CHECK(d.score == 0.95f);
 }
 
-TEST_CASE("decode_candidate: a high class score with a combined score under the threshold is rejected",
-          "[ex2]") {
+TEST_CASE(
+    "decode_candidate: a high class score with a combined score under the threshold is rejected",
+    "[ex2]") {
   HandTensor t(Layout::yolov5, 2, 2);
   t.set(0, 100, 100, 10, 10, 0.3f, {0.99f, 0.0f});  // 0.297 > 0.25: kept
   t.set(1, 100, 100, 10, 10, 0.3f, {0.0f, 0.8f});   // 0.24 < 0.25: rejected, although 0.8 > 0.25
@@ -285,7 +292,8 @@ TEST_CASE("decode_candidate: the threshold is strict", "[ex2]") {
   t.set(0, 100, 100, 10, 10, 0, {0.5f});
   Detection d{};
   CHECK_FALSE(decode_candidate(t.data.data(), t.spec, 0, 0.5f, identity_letterbox(), &d));
-  CHECK(decode_candidate(t.data.data(), t.spec, 0, std::nextafter(0.5f, 0.0f), identity_letterbox(), &d));
+  CHECK(decode_candidate(t.data.data(), t.spec, 0, std::nextafter(0.5f, 0.0f), identity_letterbox(),
+                         &d));
 }
 
 TEST_CASE("decode_candidate: a NaN or infinite box or score is rejected", "[ex2]") {
@@ -404,7 +412,8 @@ TEST_CASE("nms_cpu: edge cases", "[nms]") {
   }
   SECTION("all boxes identical: one per class survives, the lowest index among the best score") {
     std::vector<Detection> boxes;
-    for (int i = 0; i < 50; ++i) boxes.push_back(make_box(10, 10, 50, 50, i % 3 == 0 ? 0.9f : 0.5f, i % 2, i));
+    for (int i = 0; i < 50; ++i)
+      boxes.push_back(make_box(10, 10, 50, 50, i % 3 == 0 ? 0.9f : 0.5f, i % 2, i));
     const std::vector<Detection> kept = nms_cpu(boxes, 0.5f, false);
     REQUIRE(kept.size() == 2);
     CHECK(kept[0].index == 0);  // class 0, score 0.9
@@ -413,7 +422,8 @@ TEST_CASE("nms_cpu: edge cases", "[nms]") {
     CHECK(nms_cpu(boxes, 0.5f, true).size() == 1);
   }
   SECTION("IoU exactly at the threshold is not suppressed") {
-    const std::vector<Detection> boxes = {make_box(0, 0, 4, 1, 0.9f, 0, 0), make_box(0, 0, 2, 1, 0.8f, 0, 1)};
+    const std::vector<Detection> boxes = {make_box(0, 0, 4, 1, 0.9f, 0, 0),
+                                          make_box(0, 0, 2, 1, 0.8f, 0, 1)};
     CHECK(nms_cpu(boxes, 0.5f, false).size() == 2);
     CHECK(nms_cpu(boxes, 0.49f, false).size() == 1);
   }
@@ -442,7 +452,8 @@ TEST_CASE("nms_cpu: edge cases", "[nms]") {
 TEST_CASE("Fast NMS keeps a subset of greedy NMS, and differs on a chain", "[nms]") {
   // A > B > C; IoU(A,B) = IoU(B,C) = 0.6 > 0.5, IoU(A,C) = 0.25. Greedy: A suppresses B, and C
   // survives because B is gone. Fast NMS: B still suppresses C.
-  const std::vector<Detection> chain = {make_box(0, 0, 8, 1, 0.9f, 0, 0), make_box(2, 0, 10, 1, 0.8f, 0, 1),
+  const std::vector<Detection> chain = {make_box(0, 0, 8, 1, 0.9f, 0, 0),
+                                        make_box(2, 0, 10, 1, 0.8f, 0, 1),
                                         make_box(4, 0, 12, 1, 0.7f, 0, 2)};
   REQUIRE(iou(chain[0].box, chain[1].box) == 0.6f);
   REQUIRE(iou(chain[0].box, chain[2].box) == Approx(4.0 / 12.0).epsilon(1e-6));
@@ -476,8 +487,10 @@ TEST_CASE("sort_key orders by score descending, then index ascending", "[nms]") 
 TEST_CASE("Both layouts decode the same objects to the same boxes (CPU)", "[decode]") {
   const Frame v5 = make_frame(Layout::yolov5, 999, 7, 6, 9, 3);
   const Frame v8 = make_frame(Layout::yolov8, 999, 7, 6, 9, 3);
-  const DecodeResult a = decode_cpu(v5.tensor.data(), v5.tensor.size(), v5.spec, v5.letterbox, 0.25f, 4096);
-  const DecodeResult b = decode_cpu(v8.tensor.data(), v8.tensor.size(), v8.spec, v8.letterbox, 0.25f, 4096);
+  const DecodeResult a =
+      decode_cpu(v5.tensor.data(), v5.tensor.size(), v5.spec, v5.letterbox, 0.25f, 4096);
+  const DecodeResult b =
+      decode_cpu(v8.tensor.data(), v8.tensor.size(), v8.spec, v8.letterbox, 0.25f, 4096);
   CHECK(a.num_above_threshold >= 6);
   CHECK(a.num_above_threshold <= 6 * 9);
   CHECK(a.num_above_threshold == b.num_above_threshold);
@@ -491,13 +504,16 @@ TEST_CASE("decode_cpu: overflow reports the drop count and keeps the best", "[de
     const float s = 0.3f + 0.1f * static_cast<float>((i * 7) % 5);
     t.set(i, 10.0f + i, 20, 8, 8, 0, {s, 0.1f});
   }
-  const DecodeResult all = decode_cpu(t.data.data(), t.data.size(), t.spec, identity_letterbox(), 0.25f, 4096);
+  const DecodeResult all =
+      decode_cpu(t.data.data(), t.data.size(), t.spec, identity_letterbox(), 0.25f, 4096);
   REQUIRE(all.num_above_threshold == 300);
   REQUIRE(all.num_dropped == 0);
-  const DecodeResult capped = decode_cpu(t.data.data(), t.data.size(), t.spec, identity_letterbox(), 0.25f, 100);
+  const DecodeResult capped =
+      decode_cpu(t.data.data(), t.data.size(), t.spec, identity_letterbox(), 0.25f, 100);
   CHECK(capped.num_above_threshold == 300);
   CHECK(capped.num_dropped == 200);
-  require_same(capped.candidates, std::vector<Detection>(all.candidates.begin(), all.candidates.begin() + 100));
+  require_same(capped.candidates,
+               std::vector<Detection>(all.candidates.begin(), all.candidates.begin() + 100));
   // The cut falls inside a run of equal scores: lower indices won it.
   CHECK(capped.candidates.back().score == all.candidates[100].score);
   CHECK(capped.candidates.back().index < all.candidates[100].index);
@@ -528,7 +544,8 @@ TEST_CASE("The generator is deterministic and fills the whole tensor", "[generat
   }
   GeneratorConfig too_many;
   too_many.candidates_per_object = 200;
-  CHECK_THROWS_WITH(make_detector_output(a.spec, a.letterbox, a.objects, too_many), Contains("need N >="));
+  CHECK_THROWS_WITH(make_detector_output(a.spec, a.letterbox, a.objects, too_many),
+                    Contains("need N >="));
 }
 
 // ============================================================================ bad input
@@ -549,7 +566,8 @@ TEST_CASE("Bad input is rejected with a clear error, before any GPU work", "[arg
     c.iou_threshold = 1.01f;
     CHECK_THROWS_WITH(GpuPostprocessor(spec, lb, c), Contains("iou_threshold must be in [0, 1]"));
     CHECK_THROWS_WITH(nms_cpu({}, -1.0f, false), Contains("iou_threshold"));
-    CHECK_THROWS_WITH(nms_gpu({}, 2.0f, false, NmsVersion::v2_bitmask_greedy), Contains("iou_threshold"));
+    CHECK_THROWS_WITH(nms_gpu({}, 2.0f, false, NmsVersion::v2_bitmask_greedy),
+                      Contains("iou_threshold"));
   }
   SECTION("capacities") {
     c.max_candidates = 0;
@@ -557,19 +575,23 @@ TEST_CASE("Bad input is rejected with a clear error, before any GPU work", "[arg
     c = PostprocessConfig{};
     c.max_detections = 0;
     CHECK_THROWS_WITH(GpuPostprocessor(spec, lb, c), Contains("max_detections"));
-    CHECK_THROWS_WITH(GpuNms(0, NmsVersion::v2_bitmask_greedy), Contains("capacity must be in [1, 65536]"));
+    CHECK_THROWS_WITH(GpuNms(0, NmsVersion::v2_bitmask_greedy),
+                      Contains("capacity must be in [1, 65536]"));
   }
   SECTION("tensor shape and size") {
     CHECK_THROWS_WITH(validate(OutputSpec{Layout::yolov8, 100, 0}), Contains("num_classes >= 1"));
-    CHECK_THROWS_WITH(validate(OutputSpec{Layout::yolov8, -1, 80}), Contains("num_candidates >= 0"));
+    CHECK_THROWS_WITH(validate(OutputSpec{Layout::yolov8, -1, 80}),
+                      Contains("num_candidates >= 0"));
     CHECK_THROWS_WITH(validate(OutputSpec{Layout::yolov5, 1 << 30, 80}), Contains("2^31"));
     const std::vector<float> wrong(100 * 8 - 1);  // one float short of 100 x (5 + 3)
     CHECK_THROWS_WITH(decode_cpu(wrong.data(), wrong.size(), spec, lb, 0.25f, 10),
                       Contains("expected 800 floats"));
   }
   SECTION("NMS input") {
-    const std::vector<Detection> repeated = {make_box(0, 0, 1, 1, 0.5f, 0, 3), make_box(0, 0, 1, 1, 0.6f, 0, 3)};
-    CHECK_THROWS_WITH(nms_gpu(repeated, 0.5f, false, NmsVersion::v2_bitmask_greedy), Contains("unique"));
+    const std::vector<Detection> repeated = {make_box(0, 0, 1, 1, 0.5f, 0, 3),
+                                             make_box(0, 0, 1, 1, 0.6f, 0, 3)};
+    CHECK_THROWS_WITH(nms_gpu(repeated, 0.5f, false, NmsVersion::v2_bitmask_greedy),
+                      Contains("unique"));
     const std::vector<Detection> nan = {make_box(0, 0, 1, 1, std::nanf(""), 0, 0)};
     CHECK_THROWS_WITH(nms_gpu(nan, 0.5f, false, NmsVersion::v2_bitmask_greedy), Contains("NaN"));
     // The CPU reference checks the same: with a repeated index its result would depend on the
@@ -604,7 +626,8 @@ TEST_CASE("Bad input is rejected with a clear error, before any GPU work", "[arg
 TEST_CASE("topk_rows rejects bad shapes before touching the GPU", "[ex4]") {
   CHECK_THROWS_AS(topk_rows(nullptr, 1, 10, 0, nullptr, nullptr, nullptr), std::invalid_argument);
   CHECK_THROWS_AS(topk_rows(nullptr, 1, 10, 11, nullptr, nullptr, nullptr), std::invalid_argument);
-  CHECK_THROWS_AS(topk_rows(nullptr, 1, 100, kMaxTopK + 1, nullptr, nullptr, nullptr), std::invalid_argument);
+  CHECK_THROWS_AS(topk_rows(nullptr, 1, 100, kMaxTopK + 1, nullptr, nullptr, nullptr),
+                  std::invalid_argument);
   CHECK_THROWS_AS(topk_rows(nullptr, -1, 10, 1, nullptr, nullptr, nullptr), std::invalid_argument);
   CHECK_THROWS_AS(topk_rows(nullptr, 1, 0, 1, nullptr, nullptr, nullptr), std::invalid_argument);
   CHECK_NOTHROW(topk_rows(nullptr, 0, 10, 3, nullptr, nullptr, nullptr));  // no rows: nothing to do
@@ -673,7 +696,8 @@ TEST_CASE("GPU: capacity overflow reports the drop count and keeps the best-scor
   HandTensor t(Layout::yolov8, 5003, 2);
   for (int i = 0; i < 5003; ++i) {
     const float s = i == 5002 ? 0.1f : 0.3f + 0.1f * static_cast<float>((i * 11) % 7);
-    t.set(i, static_cast<float>(i % 600) + 20.0f, 20.0f + static_cast<float>(i / 600) * 30.0f, 8, 8, 0, {s, 0.05f});
+    t.set(i, static_cast<float>(i % 600) + 20.0f, 20.0f + static_cast<float>(i / 600) * 30.0f, 8, 8,
+          0, {s, 0.05f});
   }
   Frame f;
   f.spec = t.spec;
@@ -706,12 +730,15 @@ TEST_CASE("GPU NMS equals the CPU reference on random sets", "[gpu][ex3]") {
   const std::vector<Detection> greedy = nms_cpu(boxes, 0.5f, agnostic);
   if (n >= 63) CHECK(greedy.size() < boxes.size());  // clusters of 9 overlap: not vacuous
   require_same(nms_gpu(boxes, 0.5f, agnostic, NmsVersion::v2_bitmask_greedy), greedy);
-  require_same(nms_gpu(boxes, 0.5f, agnostic, NmsVersion::v1_fast_parallel), fast_nms_cpu(boxes, 0.5f, agnostic));
+  require_same(nms_gpu(boxes, 0.5f, agnostic, NmsVersion::v1_fast_parallel),
+               fast_nms_cpu(boxes, 0.5f, agnostic));
 }
 
 TEST_CASE("GPU NMS: empty input, identical boxes, classes, and input order", "[gpu][ex3]") {
   const NmsVersion version = GENERATE(NmsVersion::v2_bitmask_greedy, NmsVersion::v1_fast_parallel);
-  SECTION("empty") { CHECK(nms_gpu({}, 0.5f, false, version).empty()); }
+  SECTION("empty") {
+    CHECK(nms_gpu({}, 0.5f, false, version).empty());
+  }
   SECTION("all boxes identical, tied scores") {
     std::vector<Detection> boxes;
     for (int i = 0; i < 700; ++i) boxes.push_back(make_box(10, 10, 50, 50, 0.5f, i % 3, i));
@@ -742,7 +769,8 @@ TEST_CASE("GPU NMS: empty input, identical boxes, classes, and input order", "[g
     std::reverse(boxes.begin(), boxes.end());
     require_same(nms_gpu(boxes, 0.5f, false, version), expected);
     Rng rng(5);
-    for (std::size_t i = boxes.size() - 1; i > 0; --i) std::swap(boxes[i], boxes[static_cast<std::size_t>(rng.below(static_cast<int>(i) + 1))]);
+    for (std::size_t i = boxes.size() - 1; i > 0; --i)
+      std::swap(boxes[i], boxes[static_cast<std::size_t>(rng.below(static_cast<int>(i) + 1))]);
     require_same(nms_gpu(boxes, 0.5f, false, version), expected);
   }
 }
@@ -779,7 +807,8 @@ TEST_CASE("GPU: the ground truth comes back from full-size outputs", "[gpu]") {
   require_same(r.detections, run_cpu(f, PostprocessConfig{}).detections);
 }
 
-TEST_CASE("GPU: a CUDA graph replays the postprocess and follows new data in the same buffer", "[gpu]") {
+TEST_CASE("GPU: a CUDA graph replays the postprocess and follows new data in the same buffer",
+          "[gpu]") {
   const Frame a = make_frame(Layout::yolov8, 8400, 80, 10, 20, 81);
   const Frame b = make_frame(Layout::yolov8, 8400, 80, 25, 20, 82);
   course::DeviceBuffer<float> d_output = course::to_device(a.tensor);
@@ -789,7 +818,8 @@ TEST_CASE("GPU: a CUDA graph replays the postprocess and follows new data in the
   post.launch_graph(stream);
   stream.synchronize();
   require_same(post.result().detections, run_cpu(a, PostprocessConfig{}).detections);
-  CUDA_CHECK(cudaMemcpy(d_output.data(), b.tensor.data(), d_output.bytes(), cudaMemcpyHostToDevice));
+  CUDA_CHECK(
+      cudaMemcpy(d_output.data(), b.tensor.data(), d_output.bytes(), cudaMemcpyHostToDevice));
   post.launch_graph(stream);
   stream.synchronize();
   const PostprocessResult r = post.result();
@@ -877,5 +907,6 @@ TEST_CASE("softmax then top-k: the classification head", "[gpu][ex4]") {
   const std::vector<float> top = course::to_host(d_top);
   CHECK(idx[0] == 42);
   CHECK(top[0] > 0.5f);
-  for (int j = 1; j < 5; ++j) CHECK(top[static_cast<std::size_t>(j)] <= top[static_cast<std::size_t>(j - 1)]);
+  for (int j = 1; j < 5; ++j)
+    CHECK(top[static_cast<std::size_t>(j)] <= top[static_cast<std::size_t>(j - 1)]);
 }
