@@ -39,13 +39,6 @@ void check_destination(const T* dst, const char* who) {
   if (dst == nullptr) throw std::invalid_argument(prefix(who) + "destination pointer is null");
 }
 
-void check_matrix(const Affine2x3& a, const char* who) {
-  for (double v : a.m) {
-    if (!std::isfinite(v)) {
-      throw std::invalid_argument(prefix(who) + "the matrix must be finite, got a NaN or inf");
-    }
-  }
-}
 }  // namespace
 
 void validate_source(const ImageView& src, const char* who) {
@@ -69,6 +62,27 @@ void validate_source(const ImageView& src, const char* who) {
 
 void validate_target(int dst_w, int dst_h, const char* who) {
   check_size(dst_w, dst_h, "target", who);
+}
+
+void validate_warp_range(const Affine2x3& dst_to_src, int dst_w, int dst_h, const char* who) {
+  const double* m = dst_to_src.m;
+  for (int k = 0; k < 6; ++k) {
+    if (!std::isfinite(m[k])) {
+      throw std::invalid_argument(prefix(who) + "the matrix must be finite, got a NaN or inf");
+    }
+  }
+  // The largest |term| over the output: each term is linear in x or y, so its extremes sit at
+  // x = 0 or dst_w - 1 (y likewise).
+  const double xmax = dst_w > 0 ? dst_w - 1.0 : 0.0, ymax = dst_h > 0 ? dst_h - 1.0 : 0.0;
+  const double reach = std::max({std::fabs(m[0]) * xmax, std::fabs(m[3]) * xmax,
+                                 std::fabs(m[1]) * ymax + std::fabs(m[2]),
+                                 std::fabs(m[4]) * ymax + std::fabs(m[5])});
+  if (!(reach <= kMaxSourceReach)) {
+    throw std::invalid_argument(
+        prefix(who) + "this warp maps output pixels up to " + std::to_string(std::lround(reach)) +
+        " source pixels away; at most " + std::to_string(static_cast<long>(kMaxSourceReach)) +
+        " fit the fixed-point arithmetic (an extreme aspect ratio or scale?)");
+  }
 }
 
 void validate_normalize(const Normalize& norm, const char* who) {
@@ -279,9 +293,11 @@ struct Prepared {
   Letterbox lb;
   Affine2x3 inv;
 };
-Prepared prepare(const ImageView& src, int dst_w, int dst_h) {
+Prepared prepare(const ImageView& src, int dst_w, int dst_h, const char* who) {
   const Letterbox lb = make_letterbox(src.width, src.height, dst_w, dst_h);
-  return {lb, invert_affine(letterbox_matrix(lb))};
+  const Affine2x3 inv = invert_affine(letterbox_matrix(lb));
+  validate_warp_range(inv, dst_w, dst_h, who);
+  return {lb, inv};
 }
 
 // Every check of a letterbox launcher, all before any work.
@@ -292,7 +308,7 @@ Prepared validate_and_prepare(const ImageView& src, const T* dst, int dst_w, int
   validate_target(dst_w, dst_h, who);
   check_destination(dst, who);
   validate_normalize(norm, who);
-  return prepare(src, dst_w, dst_h);
+  return prepare(src, dst_w, dst_h, who);
 }
 
 }  // namespace
@@ -304,7 +320,7 @@ void warp_affine_v1(const ImageView& src, const Affine2x3& dst_to_src, std::uint
   validate_source(src, "warp_affine_v1");
   validate_target(dst_w, dst_h, "warp_affine_v1");
   check_destination(dst, "warp_affine_v1");
-  check_matrix(dst_to_src, "warp_affine_v1");
+  validate_warp_range(dst_to_src, dst_w, dst_h, "warp_affine_v1");
   warp_affine_v1_kernel<<<grid_for(dst_w, dst_h, 1), dim3(kBlockX, kBlockY), 0, stream>>>(
       src, dst_to_src, dst, dst_w, dst_h, border);
   CUDA_CHECK_LAUNCH();
@@ -360,7 +376,7 @@ std::vector<Letterbox> letterbox_v4_batched(const std::vector<ImageView>& frames
   for (const ImageView& f : frames) validate_source(f, who);
   std::vector<Prepared> prepared;
   prepared.reserve(frames.size());
-  for (const ImageView& f : frames) prepared.push_back(prepare(f, dst_w, dst_h));
+  for (const ImageView& f : frames) prepared.push_back(prepare(f, dst_w, dst_h, who));
 
   const ChannelTransform t = channel_transform(norm);
   const std::size_t frame_elems = 3 * static_cast<std::size_t>(dst_w) * dst_h;
@@ -388,7 +404,7 @@ std::vector<std::uint8_t> warp_affine_reference(const ImageView& src, const Affi
                                                 int dst_w, int dst_h, std::uint8_t border) {
   validate_source(src, "warp_affine_reference");
   validate_target(dst_w, dst_h, "warp_affine_reference");
-  check_matrix(dst_to_src, "warp_affine_reference");
+  validate_warp_range(dst_to_src, dst_w, dst_h, "warp_affine_reference");
   std::vector<std::uint8_t> out(3 * static_cast<std::size_t>(dst_w) * dst_h);
   for (int y = 0; y < dst_h; ++y) {
     for (int x = 0; x < dst_w; ++x) {
@@ -404,7 +420,7 @@ std::vector<std::uint8_t> warp_affine_float_reference(const ImageView& src,
                                                       int dst_h, std::uint8_t border) {
   validate_source(src, "warp_affine_float_reference");
   validate_target(dst_w, dst_h, "warp_affine_float_reference");
-  check_matrix(dst_to_src, "warp_affine_float_reference");
+  validate_warp_range(dst_to_src, dst_w, dst_h, "warp_affine_float_reference");
   const auto tap = [&](int x, int y, int c) -> double {
     const bool inside = x >= 0 && x < src.width && y >= 0 && y < src.height;
     return inside ? src.data[static_cast<std::size_t>(y) * src.pitch + 3 * x + c] : border;
@@ -432,7 +448,7 @@ std::vector<float> letterbox_reference(const ImageView& src, int dst_w, int dst_
   validate_source(src, "letterbox_reference");
   validate_target(dst_w, dst_h, "letterbox_reference");
   validate_normalize(norm, "letterbox_reference");
-  const Prepared p = prepare(src, dst_w, dst_h);
+  const Prepared p = prepare(src, dst_w, dst_h, "letterbox_reference");
   const ChannelTransform t = channel_transform(norm);
   const std::size_t plane = static_cast<std::size_t>(dst_w) * dst_h;
   std::vector<float> out(3 * plane);

@@ -140,36 +140,16 @@ struct SubpixelPos {
 };
 
 namespace detail {
-// A source position at most 2^25 pixels from the origin, in 1/32 pixel: far outside any image
-// (sides <= kMaxDimension), and small enough that bilinear_sample_bgr's int arithmetic on it
-// (the taps, sx + 1) cannot overflow.
-constexpr long long kMaxSubpixelPos = 1LL << 30;
-// A fixed-point term is clamped to +-2^52 (in 1/1024 pixel) before it becomes an integer: a
-// double converts exactly up to there, two terms plus the rounding add up in 64 bits, and no
-// letterbox term comes close (at most 32766 * 32766 pixels, about 2^40 in 1/1024 pixel).
-constexpr double kMaxFixedTerm = 4503599627370496.0;  // 2^52
-
-// Round-to-nearest-even double -> 64-bit int, and double products/sums that are never fused
-// into an FMA: OpenCV computes these on the CPU as separate roundings, and the grid below turns
-// a last-bit difference into a different 1/32 cell. nvcc contracts a*b+c into an FMA by default
+// Round-to-nearest-even double -> int, and double products/sums that are never fused into an
+// FMA: OpenCV computes these on the CPU as separate roundings, and the grid below turns a
+// last-bit difference into a different 1/32 cell. nvcc contracts a*b+c into an FMA by default
 // (--fmad=true), so the device side spells the rounding out with intrinsics.
-// 64 bits, not OpenCV's int: at extreme aspect ratios (a 32766x1 frame into a 16x32766 input)
-// a padding row maps ~1.7e7 pixels outside the source, and its term in 1/1024 pixel overflows an
-// int: C++ leaves the conversion undefined (the host wrapped it back into the image), the GPU
-// saturated, so host and device disagreed. In 64 bits the sum is exact; where two huge terms
-// cancel (a 1x32766 column into a 32766x16 input) it is right where OpenCV's int sum wraps. The
-// clamp gives host and device the same integer from any double, NaN included (fmin/fmax return
-// the other operand: NaN -> -2^52).
-__host__ __device__ inline long long round_to_fixed(double v) {
+__host__ __device__ inline int round_to_int(double v) {
 #ifdef __CUDA_ARCH__
-  return __double2ll_rn(fmin(fmax(v, -kMaxFixedTerm), kMaxFixedTerm));
+  return __double2int_rn(v);
 #else
-  return std::llrint(std::fmin(std::fmax(v, -kMaxFixedTerm), kMaxFixedTerm));
+  return static_cast<int>(std::lrint(v));
 #endif
-}
-__host__ __device__ inline int clamp_subpixel(long long v) {
-  return static_cast<int>(v < -kMaxSubpixelPos ? -kMaxSubpixelPos
-                                               : (v > kMaxSubpixelPos ? kMaxSubpixelPos : v));
 }
 __host__ __device__ inline double mul_rn(double a, double b) {
 #ifdef __CUDA_ARCH__
@@ -197,27 +177,26 @@ __host__ __device__ inline std::uint8_t load_u8(const std::uint8_t* p) {
 // Where destination pixel (x, y) samples the source, on OpenCV's 1/32 grid, given the inverse
 // (destination -> source) matrix. Reproduces cv::warpAffine's fixed-point arithmetic bit for
 // bit: each term is rounded to 1/1024 pixel, the sum to 1/32 (the +16 rounds to nearest).
-// Where OpenCV's int terms would overflow (positions millions of pixels away) the sum is kept in
-// 64 bits and the result clamped to +-2^25 pixels: such a pixel samples only the border, and
-// host and device agree. FP64 on purpose: OpenCV computes the terms in double. On GPUs with
-// slow FP64 (GeForce) this costs a few FP64 operations per pixel; the kernels stay memory-bound.
+// FP64 on purpose: OpenCV computes the terms in double. On GPUs with slow FP64 (GeForce) this
+// costs a few FP64 operations per pixel; the kernels stay memory-bound.
+// The terms are ints, as in OpenCV: the matrix must keep every pixel within kMaxSourceReach
+// source pixels (validate_warp_range; every launcher and reference checks it on the host, so
+// the per-pixel code stays 32-bit).
 __host__ __device__ inline SubpixelPos source_position(const Affine2x3& inv, int x, int y) {
   using detail::add_rn;
-  using detail::clamp_subpixel;
   using detail::mul_rn;
-  using detail::round_to_fixed;
+  using detail::round_to_int;
   const double scale = static_cast<double>(1 << kCoordBits);
   const int round_half = 1 << (kCoordBits - kSubpixelBits - 1);  // 16: round, not floor
   const double xd = static_cast<double>(x), yd = static_cast<double>(y);
   // The x term depends on the column only, the row term on the row only (OpenCV tabulates them).
-  const long long ax = round_to_fixed(mul_rn(mul_rn(inv.m[0], xd), scale));
-  const long long ay = round_to_fixed(mul_rn(mul_rn(inv.m[3], xd), scale));
-  const long long row_x = round_to_fixed(mul_rn(add_rn(mul_rn(inv.m[1], yd), inv.m[2]), scale));
-  const long long row_y = round_to_fixed(mul_rn(add_rn(mul_rn(inv.m[4], yd), inv.m[5]), scale));
-  // Arithmetic shifts: floor division, also for positions left of / above the image. Then the
-  // clamp: a position beyond 2^25 pixels samples only the border, wherever exactly it is.
-  return {clamp_subpixel((row_x + round_half + ax) >> (kCoordBits - kSubpixelBits)),
-          clamp_subpixel((row_y + round_half + ay) >> (kCoordBits - kSubpixelBits))};
+  const int ax = round_to_int(mul_rn(mul_rn(inv.m[0], xd), scale));
+  const int ay = round_to_int(mul_rn(mul_rn(inv.m[3], xd), scale));
+  const int row_x = round_to_int(mul_rn(add_rn(mul_rn(inv.m[1], yd), inv.m[2]), scale));
+  const int row_y = round_to_int(mul_rn(add_rn(mul_rn(inv.m[4], yd), inv.m[5]), scale));
+  // Arithmetic shifts: floor division, also for positions left of / above the image.
+  return {(row_x + round_half + ax) >> (kCoordBits - kSubpixelBits),
+          (row_y + round_half + ay) >> (kCoordBits - kSubpixelBits)};
 }
 
 // Bilinear sample of a BGR image at a 1/32-grid position, with a constant border: taps outside
@@ -357,6 +336,15 @@ std::vector<float> letterbox_reference(const ImageView& src, int dst_w, int dst_
 // `who` prefixes the message, e.g. "letterbox_v2_fused: expected a 3-channel BGR image, got 4".
 void validate_source(const ImageView& src, const char* who);
 void validate_target(int dst_w, int dst_h, const char* who);
+// How far, in source pixels, one fixed-point term of source_position may reach: 2^19 pixels is
+// 2^29 in 1/1024 pixel, so two terms plus the rounding never overflow an int. Far beyond any
+// frame (sides <= kMaxDimension); only absurd aspect ratios (a 32766x1 line into a 16x32766
+// input) or matrices reach it.
+constexpr double kMaxSourceReach = 524288.0;
+// Throws std::invalid_argument (naming `who`) unless, for every pixel (x, y) of a dst_w x dst_h
+// output, each term of dst_to_src's map (m0*x, m3*x, m1*y + m2, m4*y + m5) stays within
+// kMaxSourceReach source pixels; also for a matrix with a NaN or inf.
+void validate_warp_range(const Affine2x3& dst_to_src, int dst_w, int dst_h, const char* who);
 void validate_normalize(const Normalize& norm, const char* who);
 
 }  // namespace lesson06

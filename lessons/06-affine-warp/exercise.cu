@@ -93,7 +93,9 @@ __host__ __device__ Box unletterbox_box(const Box& b, const Letterbox& lb) {
 // Hints:
 // - Copy the shape of letterbox_v2_fused (affine_warp.cu): validate (validate_source,
 //   validate_target, a null dst, validate_normalize), make_letterbox, then the inverse matrix
-//   invert_affine(letterbox_matrix(lb)), then launch one thread per output pixel.
+//   invert_affine(letterbox_matrix(lb)) and validate_warp_range(inv, dst_w, dst_h, who) (an
+//   absurd aspect ratio would overflow the kernel's int arithmetic), then launch one thread per
+//   output pixel.
 // - In the kernel: warp_pixel_bgr(src, inv, x, y, kPadValue, bgr), then plane c = 0, 1, 2 takes
 //   bgr[2 - c] (BGR -> RGB), normalize_value(..., t, c) in float, and __float2half_rn once.
 // - Pass ImageView, Affine2x3 and ChannelTransform to the kernel by value.

@@ -288,18 +288,37 @@ TEST_CASE("The CPU per-pixel reference matches cv::warpAffine within 1 grey leve
   }
 }
 
-TEST_CASE("Extreme aspect ratios: padding far outside the source stays padding", "[opencv]") {
-  // A 32766x1 line into a 16x32766 input: s = 16/32766, so a padding row maps up to ~1.7e7
-  // pixels above the source, where a 1/1024-pixel term no longer fits in an int. The oracle is
-  // cv::warpAffine (uint8, +-1 grey level) and the OpenCV pipeline (float, 1 grey level / 255).
-  const cv::Mat src = random_image(32766, 1, 32766);
-  const int dw = 16, dh = 32766;
-  std::vector<std::uint8_t> mine = warp_affine_reference(
-      view_of(src), opencv_inverse(forward_matrix(32766, 1, dw, dh)), dw, dh, kPadValue);
-  CHECK(max_abs_diff(as_mat(mine, dw, dh), opencv_warp(src, forward_matrix(32766, 1, dw, dh), dw,
-                                                       dh, cv::BORDER_CONSTANT)) <= 1);
-  CHECK(max_abs_diff(letterbox_reference(view_of(src), dw, dh), opencv_pipeline(src, dw, dh)) <=
-        1.0 / 255 + 1e-5);
+TEST_CASE("Extreme aspect ratios: far-away padding matches OpenCV, beyond the reach is refused",
+          "[opencv]") {
+  // A 2048x1 line into a 16x2048 input: s = 1/128, so the padding rows map up to ~3.9e5 pixels
+  // above the source, inside kMaxSourceReach. Oracles: cv::warpAffine (uint8, +-1 grey level)
+  // and the OpenCV pipeline (float, 1 grey level / 255).
+  {
+    const cv::Mat src = random_image(2048, 1, 2048);
+    const int dw = 16, dh = 2048;
+    std::vector<std::uint8_t> mine = warp_affine_reference(
+        view_of(src), opencv_inverse(forward_matrix(2048, 1, dw, dh)), dw, dh, kPadValue);
+    CHECK(max_abs_diff(as_mat(mine, dw, dh), opencv_warp(src, forward_matrix(2048, 1, dw, dh), dw,
+                                                         dh, cv::BORDER_CONSTANT)) <= 1);
+    CHECK(max_abs_diff(letterbox_reference(view_of(src), dw, dh), opencv_pipeline(src, dw, dh)) <=
+          1.0 / 255 + 1e-5);
+  }
+  // A 32766x1 line into a 16x32766 input: s = 16/32766, the padding rows map ~1.7e7 pixels away,
+  // where a term in 1/1024 pixel no longer fits in an int (OpenCV's own arithmetic wraps there).
+  // Refused, by the references and the launchers alike, before any GPU work.
+  const cv::Mat line = random_image(32766, 1, 32766);
+  const Affine2x3 far = opencv_inverse(forward_matrix(32766, 1, 16, 32766));
+  CHECK_THROWS_AS(warp_affine_reference(view_of(line), far, 16, 32766, kPadValue),
+                  std::invalid_argument);
+  CHECK_THROWS_AS(letterbox_reference(view_of(line), 16, 32766), std::invalid_argument);
+  CHECK_THROWS_AS(validate_warp_range(far, 16, 32766, "test"), std::invalid_argument);
+  float never_written = 0.0f;  // the launcher refuses before it launches anything
+  CHECK_THROWS_AS(letterbox_v2_fused(view_of(line), &never_written, 16, 32766),
+                  std::invalid_argument);
+  CHECK_THROWS_WITH(validate_warp_range(far, 16, 32766, "test"), Contains("source pixels away"));
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  CHECK_THROWS_AS(validate_warp_range({{1, 0, 0, 0, nan, 0}}, 4, 4, "test"), std::invalid_argument);
+  CHECK_NOTHROW(validate_warp_range({{kMaxSourceReach / 15, 0, 0, 0, 1, 0}}, 16, 16, "test"));
 }
 
 TEST_CASE("A plain float bilinear is not OpenCV's: the 1/32 grid matters on sharp detail",
