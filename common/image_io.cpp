@@ -4,6 +4,7 @@
 
 #include <memory>
 #include <stdexcept>
+#include <string>
 
 // The implementations of the two single-file libraries live in this translation unit only.
 #define STB_IMAGE_IMPLEMENTATION
@@ -31,9 +32,8 @@ void write_png(const std::string& path, const cv::Mat& image) {
   if (image.empty() || image.depth() != CV_8U ||
       (image.channels() != 1 && image.channels() != 3 && image.channels() != 4)) {
     throw std::invalid_argument(
-        "write_png: expected a non-empty 8-bit image with 1, 3 or 4 "
-        "channels, got type " +
-        std::to_string(image.type()));
+        "write_png: expected a non-empty 8-bit image with 1, 3 or 4 channels, got " +
+        (image.empty() ? std::string("an empty image") : cv::typeToString(image.type())));
   }
   cv::Mat out;
   if (image.channels() == 3) {

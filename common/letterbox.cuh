@@ -65,7 +65,9 @@ inline Letterbox make_letterbox(int src_w, int src_h, int dst_w, int dst_h) {
 
 // A box from source coordinates into network-input coordinates: u' = s u + pad, in double,
 // rounded once to float. (On the device nvcc may fuse s * u + pad into one FMA, which rounds
-// differently in the last bit; the course uses this on the host.)
+// differently in the last bit; the course uses this on the host.) `lb` must come from
+// make_letterbox: a default Letterbox has scale 0 and maps every box to the origin, and nothing
+// is checked here, so that it can run in a kernel.
 __host__ __device__ inline Box letterbox_box(const Box& b, const Letterbox& lb) {
   const double s = lb.scale;
   return {static_cast<float>(s * b.x1 + lb.pad_x), static_cast<float>(s * b.y1 + lb.pad_y),

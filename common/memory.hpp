@@ -117,7 +117,9 @@ class PinnedBuffer {
   std::size_t count_ = 0;
 };
 
-// Synchronous copies between a std::vector and a DeviceBuffer (blocking; for tests and setup).
+// Synchronous copies between a std::vector and a DeviceBuffer (blocking; for tests and setup),
+// same element count both ways. Throw CudaError if the allocation or copy fails, including for
+// an error left by an earlier kernel.
 template <class T>
 DeviceBuffer<T> to_device(const std::vector<T>& host) {
   DeviceBuffer<T> dev(host.size());

@@ -11,6 +11,9 @@ namespace course {
 
 // A stream created with cudaStreamCreateWithPriority. The default flags make it non-blocking:
 // it does not synchronise with the legacy default stream (lesson 04 shows why that matters).
+// `priority`: lower numbers run first; cudaDeviceGetStreamPriorityRange gives the range, and
+// values outside it are clamped. Throws CudaError if creation fails (no device, bad flags);
+// synchronize() throws CudaError for any error the stream's work raised.
 class Stream {
  public:
   explicit Stream(unsigned flags = cudaStreamNonBlocking, int priority = 0) {
@@ -39,7 +42,8 @@ class Stream {
 };
 
 // An event from cudaEventCreateWithFlags. Use cudaEventDisableTiming for events that only order
-// work between streams: they are cheaper to record and wait on.
+// work between streams: they are cheaper to record and wait on. Throws CudaError if creation
+// fails; record() and synchronize() throw CudaError as their CUDA calls do.
 class Event {
  public:
   explicit Event(unsigned flags = cudaEventDefault) {
@@ -68,7 +72,9 @@ class Event {
   cudaEvent_t event_ = nullptr;
 };
 
-// Milliseconds between two recorded events (resolution about 0.5 us). Waits for `stop`.
+// Milliseconds between two recorded events (resolution about 0.5 us). Waits for `stop`. Both
+// must have been recorded and created without cudaEventDisableTiming; otherwise, or if the work
+// before `stop` failed, throws CudaError.
 inline float elapsed_ms(const Event& start, const Event& stop) {
   stop.synchronize();
   float ms = 0.0f;
@@ -77,6 +83,8 @@ inline float elapsed_ms(const Event& start, const Event& stop) {
 }
 
 // Time what `enqueue()` puts on `stream`, in milliseconds, with a pair of events around it.
+// Blocks until that work finishes. Throws CudaError if it (or anything on `stream`) fails;
+// exceptions from `enqueue` pass through.
 template <class F>
 float time_on_stream_ms(cudaStream_t stream, F&& enqueue) {
   Event start, stop;

@@ -12,6 +12,7 @@
 #include "common/cuda_check.hpp"
 #include "common/device.hpp"
 #include "common/driver_api.hpp"
+#include "common/headline.hpp"
 #include "common/lesson_main.hpp"
 #include "common/memory.hpp"
 #include "common/process.hpp"
@@ -74,6 +75,15 @@ TEST_CASE("driver() says clearly when libcuda.so.1 is missing", "[errors]") {
     CHECK_THAT(why, Contains("libcuda.so.1"));
     REQUIRE_THROWS_AS(course::driver(), course::DriverUnavailable);
   }
+}
+
+TEST_CASE("add_headline keeps a part longer than 255 characters whole", "[headline]") {
+  course::headline_parts().clear();
+  const std::string long_part(300, 'x');
+  course::add_headline("first %d", 1);
+  course::add_headline("%s|end", long_part.c_str());
+  CHECK(course::headline_parts() == "first 1; " + long_part + "|end");
+  course::headline_parts().clear();
 }
 
 TEST_CASE("RAII owners are move-only", "[raii]") {

@@ -50,3 +50,11 @@ TEST_CASE("image_io rejects what it cannot read or write", "[image_io]") {
   CHECK_THROWS_AS(course::write_png("/nonexistent/dir/x.png", cv::Mat(2, 2, CV_8UC1)),
                   std::runtime_error);
 }
+
+TEST_CASE("write_png names a rejected type the way OpenCV spells it", "[image_io]") {
+  // OpenCV's own name, not the type's number (CV_32FC1 is 5, which tells a reader nothing).
+  CHECK_THROWS_WITH(course::write_png(temp_path(".png"), cv::Mat(2, 2, CV_32FC1)),
+                    course::testing::Contains("CV_32FC1"));
+  CHECK_THROWS_WITH(course::write_png(temp_path(".png"), cv::Mat(2, 2, CV_8UC2)),
+                    course::testing::Contains("CV_8UC2"));
+}

@@ -49,6 +49,9 @@ CUcontext primary_context(int device) {
 }
 
 CUcontext context_of_pointer(const void* device_ptr) {
+  if (device_ptr == nullptr) {
+    throw std::invalid_argument("context_of_pointer: expected a device pointer, got nullptr");
+  }
   CUcontext ctx = nullptr;
   CU_CHECK(course::driver().cuPointerGetAttribute(&ctx, CU_POINTER_ATTRIBUTE_CONTEXT,
                                                   reinterpret_cast<CUdeviceptr>(device_ptr)));

@@ -32,7 +32,9 @@ ContextState observe(int device);
 // only if nobody else (such as the runtime) holds it. Initialises the driver.
 CUcontext primary_context(int device);
 
-// The context a device pointer was allocated in (cuPointerGetAttribute CONTEXT).
+// The context a device pointer was allocated in (cuPointerGetAttribute CONTEXT). Throws
+// std::invalid_argument for nullptr (before any driver call), DriverError for a pointer the driver
+// does not know (pageable host memory, a freed allocation), DriverUnavailable without libcuda.
 CUcontext context_of_pointer(const void* device_ptr);
 
 // "0x55d0c3a1f2b0" or "none"
@@ -40,7 +42,9 @@ std::string to_string(CUcontext ctx);
 
 // Two trivial kernels. With lazy module loading (the default since CUDA 12.2) each is loaded
 // into the context the first time it is launched, not when the context is created.
-// `out`: device memory for one int. Throws std::invalid_argument, before launching, if it is null.
+// `out`: a device pointer to one int, which the kernel writes (it is not checked to be device
+// memory). Throws std::invalid_argument, before launching, if it is null; CudaError if the
+// launch fails.
 void launch_kernel_a(int* out, cudaStream_t stream = nullptr);  // writes 1 to *out
 void launch_kernel_b(int* out, cudaStream_t stream = nullptr);  // writes 2 to *out
 const void* kernel_a_symbol();  // the host stub address the runtime knows the kernel by
@@ -54,7 +58,9 @@ bool lazy_loading_enabled();
 // "cudaDeviceGetAttribute", "cudaGetDeviceProperties", "cudaSetDevice", "cudaInitDevice",
 // "cudaMemGetInfo", "cudaFree(0)", "cudaMalloc". first_call_names() lists them in that order.
 // make_first_call(name, device) makes that call (throws std::invalid_argument for an unknown
-// name). Used in fresh processes to see what each call initialises.
+// name; CudaError if the call fails). Used in fresh processes to see what each call initialises.
+// first_call_names sets *count (which must not be null) to the number of names; the array is
+// static.
 const char* const* first_call_names(int* count);
 void make_first_call(const std::string& name, int device);
 

@@ -236,6 +236,10 @@ TEST_CASE("make_first_call rejects an unknown call", "[args]") {
   CHECK_THROWS_AS(lesson01::make_first_call("cudaNoSuchCall", 0), std::invalid_argument);
 }
 
+TEST_CASE("context_of_pointer rejects nullptr before any driver call", "[args]") {
+  CHECK_THROWS_AS(lesson01::context_of_pointer(nullptr), std::invalid_argument);
+}
+
 TEST_CASE("The kernel launchers reject a null output before launching", "[args]") {
   // Checked before any CUDA call, so this runs in the shared test process: no context is made.
   CHECK_THROWS_AS(lesson01::launch_kernel_a(nullptr), std::invalid_argument);

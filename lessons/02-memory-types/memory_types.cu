@@ -142,6 +142,10 @@ const unsigned char* HostAllocation::data() const noexcept {
 
 void copy_async(void* host, void* device, std::size_t bytes, Direction direction,
                 cudaStream_t stream) {
+  // An out-of-range Direction would otherwise take the else branch: a copy the wrong way.
+  require(direction == Direction::host_to_device || direction == Direction::device_to_host,
+          "copy_async: expected Direction host_to_device or device_to_host, got " +
+              std::to_string(static_cast<int>(direction)));
   if (bytes == 0) return;
   require(host != nullptr && device != nullptr,
           "copy_async: expected non-null host and device pointers");
@@ -527,6 +531,9 @@ const char* to_string(AllocStrategy strategy) {
 
 void alloc_use_free(AllocStrategy strategy, std::size_t bytes, cudaStream_t stream,
                     const MemPool* pool) {
+  require(strategy == AllocStrategy::cuda_malloc || strategy == AllocStrategy::async_default_pool ||
+              strategy == AllocStrategy::async_retaining_pool,
+          "alloc_use_free: unknown AllocStrategy " + std::to_string(static_cast<int>(strategy)));
   require(strategy != AllocStrategy::async_retaining_pool || pool != nullptr,
           "alloc_use_free: async_retaining_pool needs a MemPool");
   switch (strategy) {

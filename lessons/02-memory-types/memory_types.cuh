@@ -44,7 +44,7 @@ namespace lesson02 {
 // ======================================================================= 0. the device's memory
 
 // The attributes that decide which memory types this GPU and driver support, read with
-// cudaDeviceGetAttribute.
+// cudaDeviceGetAttribute. Throws CudaError for an invalid device ordinal (or no device).
 struct MemoryFacts {
   bool unified_addressing = false;           // one virtual address space for host and device (UVA)
   bool can_map_host_memory = false;          // zero-copy: kernels may read pinned host memory
@@ -124,6 +124,8 @@ class HostAllocation {
 // kernels launched later on `stream` see the data. (course::to_device's cudaMemcpy runs on the
 // legacy default stream, which a non-blocking stream is not ordered with, and from pageable
 // memory it may return before the DMA into device memory has finished: README, pitfalls.)
+// Returns before the copy is done: keep `host` alive and unchanged until `stream` passes it.
+// Throws CudaError if the allocation or the copy fails.
 template <class T>
 course::DeviceBuffer<T> upload(const std::vector<T>& host, cudaStream_t stream) {
   course::DeviceBuffer<T> device(host.size());
@@ -139,8 +141,9 @@ const char* to_string(Direction direction);
 
 // Enqueues one cudaMemcpyAsync of `bytes` between `host` and `device` on `stream`. From pageable
 // memory the call returns only once the driver has staged the data (so it is synchronous with the
-// host); from pinned memory it returns at once. Throws std::invalid_argument for null pointers
-// when bytes > 0.
+// host); from pinned memory it returns at once. `device`: device memory. Throws
+// std::invalid_argument for a Direction outside the enum or null pointers when bytes > 0 (before
+// any CUDA call), CudaError if the copy fails.
 void copy_async(void* host, void* device, std::size_t bytes, Direction direction,
                 cudaStream_t stream);
 
@@ -206,14 +209,16 @@ void normalize_u8(const std::uint8_t* in, float* out, std::size_t n, float scale
 
 // The address through which kernels reach mapped pinned host memory (cudaHostGetDevicePointer).
 // With unified addressing it is the host address itself, except for write-combined and
-// registered memory, which may have a distinct device address: always ask.
+// registered memory, which may have a distinct device address: always ask. Throws
+// std::invalid_argument for nullptr, CudaError for memory that is not mapped pinned memory.
 void* mapped_device_pointer(void* host);
 
 // ================================================================ 3. pitched device memory
 
 // A 2D byte array in device memory from cudaMallocPitch: rows of width_bytes, `pitch` bytes
 // apart (pitch >= width_bytes, chosen by the driver so every row starts aligned for coalesced
-// access). A width or height of 0 allocates nothing.
+// access). A width or height of 0 allocates nothing (then all sizes read 0). Throws CudaError if
+// cudaMallocPitch fails.
 class PitchedImage {
  public:
   PitchedImage() = default;
@@ -252,7 +257,10 @@ void check_image_view(const HostImageView& image);
 // Copies the whole host image into `dst` (cudaMemcpy2DAsync), which must be
 // width*channels x height bytes. Throws std::invalid_argument otherwise.
 void upload_image(const HostImageView& image, PitchedImage& dst, cudaStream_t stream);
-// Copies `src` into host memory `dst` with rows dst_pitch bytes apart.
+// Copies `src` into host memory `dst` (src.height() rows of src.width_bytes(), dst_pitch bytes
+// apart) on `stream`; read `dst` after synchronising. An empty src copies nothing. Throws
+// std::invalid_argument for a null dst or dst_pitch < src.width_bytes(), CudaError if the copy
+// fails.
 void download_image(const PitchedImage& src, std::uint8_t* dst, std::size_t dst_pitch,
                     cudaStream_t stream);
 
@@ -262,7 +270,9 @@ __host__ __device__ inline std::uint8_t brighten_u8(std::uint8_t v, int delta) {
   return static_cast<std::uint8_t>(x < 0 ? 0 : (x > 255 ? 255 : x));
 }
 // Applies brighten_u8 to every byte of `image` in place. Touches only the width_bytes of each
-// row, never the padding up to the pitch.
+// row, never the padding up to the pitch. An empty image does nothing. Throws
+// std::invalid_argument for more than 65535 * 8 rows (blocks of 32 x 8, gridDim.y <= 65535),
+// CudaError if the launch fails.
 void brighten(PitchedImage& image, int delta, cudaStream_t stream);
 
 // A region of interest in pixels: columns [x, x + width), rows [y, y + height).
@@ -306,12 +316,13 @@ __host__ __device__ inline Point2f apply_affine(const float* m, Point2f p) {
 
 // Copies `affine` into the lesson's __constant__ matrix with cudaMemcpyToSymbolAsync on `stream`:
 // kernels launched later on the same stream see it. (The source is pageable, so the call returns
-// once the 24 bytes are staged; `affine` may go out of scope.)
+// once the 24 bytes are staged; `affine` may go out of scope.) Throws CudaError if the copy fails.
 void set_affine(const Affine2x3& affine, cudaStream_t stream);
 // out[i] = apply_affine(constant matrix, in[i]) for i < n. in and out: n points in device memory
 // (they may be the same). Throws std::invalid_argument for null pointers when n > 0.
 void transform_points(const Point2f* in, Point2f* out, std::size_t n, cudaStream_t stream);
-// The device address of the __constant__ matrix (cudaGetSymbolAddress).
+// The device address of the __constant__ matrix (cudaGetSymbolAddress). Throws CudaError if the
+// query fails (no device).
 const void* affine_symbol_address();
 
 // ======================================================= 5. shared memory: the tiled transpose
@@ -343,6 +354,8 @@ __host__ __device__ constexpr int bank_conflict_ways(int stride_words) {
 inline dim3 transpose_block() {
   return dim3(kTileDim, kBlockRows);
 }
+// One block per 32x32 tile: ceil(cols / 32) x ceil(rows / 32). rows, cols >= 0; not checked
+// (check_transpose_args bounds rows to the grid's y limit).
 inline dim3 transpose_grid(int rows, int cols) {
   const auto tiles = [](int n) {
     return static_cast<unsigned>((static_cast<long long>(n) + kTileDim - 1) / kTileDim);
@@ -414,7 +427,9 @@ class ManagedBuffer {
 };
 
 // Enqueue a migration of managed memory on `stream`: to device `device`, or to the host when
-// device == cudaCpuDeviceId. Needs concurrent_managed_access (throws CudaError otherwise).
+// device == cudaCpuDeviceId. ptr: managed memory, `bytes` long. bytes == 0 does nothing.
+// Throws std::invalid_argument for a null ptr with bytes > 0; CudaError without
+// concurrent_managed_access, for memory that is not managed, or an invalid device.
 // (CUDA 13 takes a cudaMemLocation; CUDA 12 a device ordinal: this hides the difference.)
 void prefetch_managed(const void* ptr, std::size_t bytes, int device, cudaStream_t stream);
 
@@ -422,6 +437,8 @@ void prefetch_managed(const void* ptr, std::size_t bytes, int device, cudaStream
 
 // A memory pool of device memory (cudaMemPoolCreate) on `device` that keeps up to
 // release_threshold bytes reserved across synchronisations instead of returning them to the OS.
+// Throws CudaError if the pool cannot be created (invalid device, no memory pool support), and so
+// does reserved_bytes() if its query fails.
 class MemPool {
  public:
   MemPool(int device, std::uint64_t release_threshold);
@@ -479,7 +496,9 @@ enum class AllocStrategy { cuda_malloc, async_default_pool, async_retaining_pool
 const char* to_string(AllocStrategy strategy);
 
 // One frame's worth of scratch: allocate `bytes`, cudaMemsetAsync them on `stream`, free, then
-// synchronise `stream`. `pool` is used (and required) for async_retaining_pool only.
+// synchronise `stream`. `pool` is used (and required) for async_retaining_pool only. Throws
+// std::invalid_argument for a strategy outside the enum or a missing pool (before any CUDA call),
+// CudaError if an allocation, the memset or the synchronisation fails.
 void alloc_use_free(AllocStrategy strategy, std::size_t bytes, cudaStream_t stream,
                     const MemPool* pool = nullptr);
 

@@ -203,6 +203,18 @@ TEST_CASE("Owners reject sizes that overflow size_t and unknown kinds, before al
   CHECK_THROWS_AS(StagingBuffer(SIZE_MAX / 2 + 1), std::invalid_argument);
 }
 
+TEST_CASE("Out-of-range enum values are rejected before any CUDA call", "[args]") {
+  unsigned char host[16] = {}, device[16] = {};  // never dereferenced: the checks come first
+  for (const int bad : {-1, 2, 9}) {
+    CHECK_THROWS_AS(copy_async(host, device, sizeof host, static_cast<Direction>(bad), nullptr),
+                    std::invalid_argument);
+  }
+  for (const int bad : {-1, 3, 9}) {
+    CHECK_THROWS_AS(alloc_use_free(static_cast<AllocStrategy>(bad), 64, nullptr),
+                    std::invalid_argument);
+  }
+}
+
 TEST_CASE("measure_copy_gbps rejects sizes its buffers cannot hold", "[args]") {
   HostAllocation host(HostKind::pageable, 64);
   course::DeviceBuffer<unsigned char> none;  // 0 bytes

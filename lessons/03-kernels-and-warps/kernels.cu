@@ -20,6 +20,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 
@@ -456,8 +457,9 @@ void require_image(const void* src, const void* dst, int width, int height, std:
   require(height <= kMaxImageHeight, w + ": height must be <= " + std::to_string(kMaxImageHeight) +
                                          ", got " + std::to_string(height));
   require(pitch >= 3 * static_cast<std::size_t>(width),
-          w + ": the interleaved row pitch must be >= 3 * width = " + std::to_string(3 * width) +
-              " bytes, got " + std::to_string(pitch));
+          w + ": the interleaved row pitch must be >= 3 * width = " +
+              std::to_string(3 * static_cast<std::size_t>(width)) + " bytes, got " +
+              std::to_string(pitch));
 }
 
 dim3 image_grid(int width, int height) {
@@ -471,9 +473,16 @@ void bgr8_to_rgb_planar(const std::uint8_t* src, int width, int height, std::siz
   require_image(src, dst, width, height, src_pitch_bytes, "bgr8_to_rgb_planar");
   NormParams p{};
   for (int c = 0; c < 3; ++c) {
-    require(std::isfinite(norm.std[c]) && norm.std[c] != 0.0f && std::isfinite(norm.mean[c]),
-            "bgr8_to_rgb_planar: mean must be finite and std finite and non-zero (channel " +
-                std::to_string(c) + ")");
+    // The same rule as lesson 06's validate_normalize. A std below 1e-6 is a unit mistake or a
+    // typo, and 1 / 1e-45 is inf.
+    if (!(std::isfinite(norm.mean[c]) && std::isfinite(norm.std[c]) &&
+          norm.std[c] >= kMinNormStd)) {
+      std::ostringstream msg;
+      msg << "bgr8_to_rgb_planar: std must be finite and >= " << kMinNormStd
+          << " and mean finite, got mean " << norm.mean[c] << ", std " << norm.std[c]
+          << " (channel " << c << ")";
+      throw std::invalid_argument(msg.str());
+    }
     p.mean[c] = norm.mean[c];
     p.inv_std[c] = 1.0f / norm.std[c];  // one multiply per element instead of a divide
   }
@@ -534,6 +543,8 @@ KernelResources kernel_resources(LessonKernel kernel) {
 }
 
 int max_active_blocks_per_sm(LessonKernel kernel, int block_size, std::size_t dynamic_smem_bytes) {
+  require(block_size >= 1,
+          "max_active_blocks_per_sm: block_size must be >= 1, got " + std::to_string(block_size));
   int blocks = 0;
   CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel_symbol(kernel),
                                                            block_size, dynamic_smem_bytes));

@@ -117,6 +117,8 @@ struct LaunchConfig {
 // The configuration vector_add uses: the block size cudaOccupancyMaxPotentialBlockSize picks for
 // the grid-stride kernel, and as many blocks as fit on the GPU at once (the API's minimum grid for
 // full occupancy), but no more than ceil(n / block). n == 0 gives grid.x == 0 (launch nothing).
+// The occupancy query runs once per host thread and current device (cached); throws CudaError if
+// it, or cudaGetDevice, fails.
 LaunchConfig vector_add_launch_config(std::size_t n);
 
 // Vector add done right: a grid-stride loop (any n, 64-bit indices, each thread handles several
@@ -259,6 +261,8 @@ enum class LessonKernel {
   tiny_gemm,  // > 64 registers per thread
   bgr8_to_rgb_planar,
 };
+// Every lookup by LessonKernel below throws std::invalid_argument for a value outside the enum,
+// before any CUDA call.
 const char* kernel_name(LessonKernel kernel);
 
 // What a compiled kernel needs per thread / per block (cudaFuncGetAttributes for this device).
@@ -269,10 +273,11 @@ struct KernelResources {
   int max_threads_per_block = 0;   // what this kernel can be launched with (registers allowing)
   int local_bytes_per_thread = 0;  // register spills and stack, in (slow) local memory
 };
-KernelResources kernel_resources(LessonKernel kernel);
+KernelResources kernel_resources(LessonKernel kernel);  // CudaError if the query fails
 
 // cudaOccupancyMaxActiveBlocksPerMultiprocessor: how many blocks of block_size threads (with
-// dynamic_smem_bytes each) fit on one SM at once. Throws CudaError.
+// dynamic_smem_bytes each) fit on one SM at once; 0 if such a block cannot run at all. Throws
+// std::invalid_argument if block_size < 1 (before any CUDA call), CudaError if the query fails.
 int max_active_blocks_per_sm(LessonKernel kernel, int block_size,
                              std::size_t dynamic_smem_bytes = 0);
 
@@ -321,6 +326,8 @@ struct Normalization {
   // torchvision's ImageNet statistics, what most classification backbones were trained with.
   static Normalization imagenet() { return {{0.485f, 0.456f, 0.406f}, {0.229f, 0.224f, 0.225f}}; }
 };
+// The smallest std accepted: real statistics are ~0.2, and 1 / std must stay far from inf.
+constexpr float kMinNormStd = 1e-6f;
 
 // One 8-bit channel value to the network's float: (v / 255 - mean) * inv_std.
 __host__ __device__ inline float normalize_u8(std::uint8_t v, float mean, float inv_std) {
@@ -333,7 +340,8 @@ __host__ __device__ inline float normalize_u8(std::uint8_t v, float mean, float 
 //      dst[c][y][x] = normalize_u8(src[y][x][2 - c], norm.mean[c], 1 / norm.std[c]).
 // One thread per pixel, blocks of 32 x 8 (a warp reads one row segment of 32 pixels).
 // Throws std::invalid_argument if a pointer is null, width or height < 1, height > 65535 * 8
-// (the grid's y limit), src_pitch_bytes < 3 * width, or a std is 0 or not finite.
+// (the grid's y limit), src_pitch_bytes < 3 * width, a mean is not finite, or a std is not
+// finite or below kMinNormStd (negative included).
 void bgr8_to_rgb_planar(const std::uint8_t* src, int width, int height, std::size_t src_pitch_bytes,
                         float* dst, const Normalization& norm = Normalization::unit(),
                         cudaStream_t stream = nullptr);
@@ -372,7 +380,9 @@ void warp_max_allreduce(const float* in, float* out, std::size_t n, cudaStream_t
 // A launch that cannot run at all (block_size above what the device or kernel allows, too many
 // registers or too much shared memory for one block, dynamic_smem_bytes above
 // k.max_dynamic_smem_bytes) gives blocks_per_sm == 0.
-// Throws std::invalid_argument if block_size < 1 or validate_sm_limits(sm) rejects sm.
+// Throws std::invalid_argument if block_size < 1 or validate_sm_limits(sm) rejects sm. The other
+// SmLimits fields are taken as given (zeros give zero limits, not errors); in `k`,
+// regs_per_thread or max_threads_per_block <= 0 means no register use or no kernel limit.
 struct OccupancyEstimate {
   int by_warps = 0;          // warp slots: (max_threads_per_sm / 32) / warps per block
   int by_registers = 0;      // register file, allocated per warp in units of reg_alloc_unit

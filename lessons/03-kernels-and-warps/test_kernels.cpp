@@ -215,6 +215,33 @@ TEST_CASE("bgr8_to_rgb_planar rejects bad images before launching", "[image][err
   CHECK_THROWS_AS(bgr8_to_rgb_planar(src, 4, 4, 12, dst, nan_mean), std::invalid_argument);
 }
 
+TEST_CASE("bgr8_to_rgb_planar rejects a std that is negative, tiny or not finite",
+          "[image][errors]") {
+  const auto* src = not_null<std::uint8_t>();
+  float* dst = not_null<float>();
+  for (const float bad : {-1.0f, 1e-45f, 1e-7f, INFINITY, NAN}) {
+    Normalization norm = Normalization::imagenet();
+    norm.std[2] = bad;
+    CHECK_THROWS_AS(bgr8_to_rgb_planar(src, 4, 4, 12, dst, norm), std::invalid_argument);
+  }
+  Normalization inf_mean = Normalization::unit();
+  inf_mean.mean[0] = INFINITY;
+  CHECK_THROWS_AS(bgr8_to_rgb_planar(src, 4, 4, 12, dst, inf_mean), std::invalid_argument);
+}
+
+TEST_CASE("The pitch message states 3 * width without int overflow", "[image][errors]") {
+  // 3 * 1'000'000'000 = 3'000'000'000 does not fit in an int (max 2'147'483'647).
+  CHECK_THROWS_WITH(
+      bgr8_to_rgb_planar(not_null<std::uint8_t>(), 1000000000, 1, 12, not_null<float>()),
+      Contains("3 * width = 3000000000 bytes"));
+}
+
+TEST_CASE("max_active_blocks_per_sm rejects a block size < 1 before any CUDA call",
+          "[occupancy][errors]") {
+  CHECK_THROWS_AS(max_active_blocks_per_sm(LessonKernel::vector_add, 0), std::invalid_argument);
+  CHECK_THROWS_AS(max_active_blocks_per_sm(LessonKernel::vector_add, -32), std::invalid_argument);
+}
+
 TEST_CASE("Exercise 1: rgb_planar_to_bgr8 rejects bad images before launching", "[ex1][errors]") {
   const float* src = not_null<float>();
   auto* dst = not_null<std::uint8_t>();

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 
@@ -62,14 +63,20 @@ __global__ void spin_kernel(std::uint64_t spin_ns) {
   spin_for_ns(spin_ns);
 }
 
-void launch_spin(int blocks, int threads, std::uint64_t spin_ns, cudaStream_t stream) {
-  // 1024 threads per block is the limit on every GPU the course supports (Programming Guide,
-  // "Compute Capabilities"); past it the launch fails with cudaErrorInvalidConfiguration.
+namespace {
+// 1024 threads per block is the limit on every GPU the course supports (Programming Guide,
+// "Compute Capabilities"); past it the launch fails with cudaErrorInvalidConfiguration.
+void check_spin_shape(int blocks, int threads, const char* who) {
   if (blocks < 1 || threads < 1 || threads > kMaxThreadsPerBlock) {
-    throw std::invalid_argument("launch_spin: expected blocks >= 1 and threads in [1, " +
+    throw std::invalid_argument(std::string(who) + ": expected blocks >= 1 and threads in [1, " +
                                 std::to_string(kMaxThreadsPerBlock) + "], got " +
                                 std::to_string(blocks) + " x " + std::to_string(threads));
   }
+}
+}  // namespace
+
+void launch_spin(int blocks, int threads, std::uint64_t spin_ns, cudaStream_t stream) {
+  check_spin_shape(blocks, threads, "launch_spin");
   spin_kernel<<<blocks, threads, 0, stream>>>(spin_ns);
   CUDA_CHECK_LAUNCH();
 }
@@ -90,6 +97,7 @@ void launch_spin_then_fill(std::uint32_t* dst, std::size_t n, std::uint32_t valu
 }
 
 int spin_blocks_per_sm(int threads) {
+  check_spin_shape(1, threads, "spin_blocks_per_sm");
   int blocks = 0;
   CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, spin_kernel, threads, 0));
   return blocks;
@@ -159,6 +167,19 @@ void validate(const PipelineConfig& cfg) {
   if (cfg.launches_per_chunk < 1) {
     throw std::invalid_argument("pipeline: launches_per_chunk must be >= 1 (got " +
                                 std::to_string(cfg.launches_per_chunk) + ")");
+  }
+}
+
+void validate(const StageTimes& serial) {
+  // NaN passes every comparison, so "not >= 0" rather than "< 0"; an inf stage would make the
+  // bound inf or NaN, which no pipeline can be compared with.
+  for (const double t : {serial.h2d_ms, serial.kernel_ms, serial.d2h_ms}) {
+    if (!(t >= 0.0 && std::isfinite(t))) {
+      std::ostringstream msg;  // %g-style: to_string would print -1e-9 as -0.000000
+      msg << "StageTimes: expected finite times >= 0 ms, got H2D " << serial.h2d_ms << ", kernel "
+          << serial.kernel_ms << ", D2H " << serial.d2h_ms;
+      throw std::invalid_argument(msg.str());
+    }
   }
 }
 
@@ -339,9 +360,7 @@ PipelineBound pipeline_bound(const StageTimes& serial, int chunks) {
   if (chunks < 1)
     throw std::invalid_argument("pipeline_bound: chunks must be >= 1 (got " +
                                 std::to_string(chunks) + ")");
-  if (serial.h2d_ms < 0 || serial.kernel_ms < 0 || serial.d2h_ms < 0) {
-    throw std::invalid_argument("pipeline_bound: stage times must be >= 0 ms");
-  }
+  validate(serial);
   PipelineBound b;
   const double total = serial.total_ms();
   b.longest_ms = std::max({serial.h2d_ms, serial.kernel_ms, serial.d2h_ms});

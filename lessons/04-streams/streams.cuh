@@ -53,8 +53,10 @@ __host__ __device__ inline std::uint32_t mix_rounds(std::uint32_t x, int rounds)
   return x;
 }
 
-// out[i] = mix_rounds(in[i], rounds) for i in [0, n), on `stream`. in == out is allowed (each
-// thread reads its element before writing it). n == 0 launches nothing.
+// out[i] = mix_rounds(in[i], rounds) for i in [0, n), on `stream`; in, out: device, n elements.
+// in == out is allowed (each thread reads its element before writing it). n == 0 launches
+// nothing. Throws std::invalid_argument for a null pointer with n > 0 (before any CUDA call),
+// CudaError if the launch fails.
 void launch_mix(const std::uint32_t* in, std::uint32_t* out, std::size_t n, int rounds,
                 cudaStream_t stream);
 
@@ -64,16 +66,20 @@ void launch_mix(const std::uint32_t* in, std::uint32_t* out, std::size_t n, int 
 // clock (the %globaltimer register), writing nothing. One block occupies one SM slot, so two
 // one-block spins on two streams can run side by side if the streams allow it. Throws
 // std::invalid_argument unless blocks >= 1 and 1 <= threads <= kMaxThreadsPerBlock (before any
-// CUDA call).
+// CUDA call), CudaError if the launch fails.
 constexpr int kMaxThreadsPerBlock = 1024;
 void launch_spin(int blocks, int threads, std::uint64_t spin_ns, cudaStream_t stream);
 
-// A slow producer: ONE block waits `spin_ns` nanoseconds, then writes `value` into dst[0, n).
-// Anything that reads dst without being ordered after this kernel sees the old contents.
+// A slow producer: ONE block waits `spin_ns` nanoseconds, then writes `value` into dst[0, n)
+// (device). Anything that reads dst without being ordered after this kernel sees the old
+// contents. n == 0 still launches (a pure spin). Throws std::invalid_argument for a null dst
+// with n > 0 (before any CUDA call), CudaError if the launch fails.
 void launch_spin_then_fill(std::uint32_t* dst, std::size_t n, std::uint32_t value,
                            std::uint64_t spin_ns, cudaStream_t stream);
 
 // How many blocks of launch_spin with `threads` threads fit on one SM at once (occupancy API).
+// Throws std::invalid_argument unless 1 <= threads <= kMaxThreadsPerBlock (before any CUDA
+// call), CudaError if the query fails.
 int spin_blocks_per_sm(int threads);
 
 // ------------------------------------------------------------------ 3. events and host functions
@@ -100,7 +106,8 @@ struct HostProbe {
 void enqueue_host_probe(cudaStream_t stream, HostProbe& probe);
 
 // The stream priorities this device supports. Lower numbers are higher priorities: `greatest`
-// is the most urgent (e.g. -5), `least` the default (0).
+// is the most urgent (e.g. -5), `least` the default (0). Of the current device; throws CudaError
+// if the query fails (no device).
 struct PriorityRange {
   int least = 0;
   int greatest = 0;
@@ -159,8 +166,12 @@ struct PipelineBound {
   double ideal_ms = 0;       // M + (S - M) / N
   double ideal_speedup = 0;  // S / ideal_ms (1 when S == 0)
 };
-// Exercise 1. Throws std::invalid_argument if chunks < 1 or a stage time is negative.
+// Exercise 1. Throws std::invalid_argument if chunks < 1 or a stage time is negative; the
+// lesson's version also rejects a non-finite one (through validate below).
 PipelineBound pipeline_bound(const StageTimes& serial, int chunks);
+
+// Throws std::invalid_argument unless every stage time is finite and >= 0 ms.
+void validate(const StageTimes& serial);
 
 // Achieved fraction of the ideal speedup: (serial / pipelined) / (serial / ideal), which is
 // ideal / pipelined. 1.0 means the pipeline reached the bound. Throws std::invalid_argument
@@ -171,11 +182,14 @@ double fraction_of_ideal(const PipelineBound& bound, double pipelined_ms);
 // each stage. Created once and reused, because creating events costs more than recording them.
 class PipelineTrace {
  public:
-  // Throws std::invalid_argument for chunks < 1, before creating any event.
+  // 1 + 3 * chunks timing events. Throws std::invalid_argument for chunks < 1, before creating
+  // any event; CudaError if creating one fails.
   explicit PipelineTrace(int chunks);
   int chunks() const { return static_cast<int>(h2d_done.size()); }
   // Waits for the run to finish; returns each chunk's stage end times in ms after `start`.
-  // Chunk c ran on stream c % streams.
+  // Chunk c ran on stream c % streams. Every event must have been recorded (Pipeline::enqueue
+  // with this trace). Throws std::invalid_argument for streams < 1, CudaError if an event was
+  // never recorded or the run failed.
   std::vector<ChunkTimes> read(int streams) const;
 
   Event start;
@@ -234,7 +248,9 @@ bool is_pinned(const void* ptr);
 
 // Rounds of mix per element that make the kernel over `n` elements take about as long as the
 // H2D copy of those n elements from pinned memory, on this GPU: the balanced case, where
-// overlapping copies and compute pays most. `pinned_in` holds n elements (n >= 1).
+// overlapping copies and compute pays most. `pinned_in` holds n elements (n >= 1; pinned, or the
+// copy times are those of pageable memory). Throws std::invalid_argument for n == 0 or a null
+// pinned_in (before any CUDA call), CudaError if an allocation, copy or launch fails.
 // Method: kernel times at 16 and 128 rounds give a straight line; its answer is refined once in
 // proportion to the time measured at that answer. Medians of 5 copies and 3 kernels.
 struct Calibration {
@@ -253,7 +269,8 @@ Calibration calibrate_rounds(const std::uint32_t* pinned_in, std::size_t n);
 // make `infer` wait for it with cudaStreamWaitEvent. Neither the host nor `preprocess` waits.
 // tensor, result: device, n elements. Afterwards, once `infer` is synchronised,
 // result[i] == mix_rounds(value, rounds). Throws std::invalid_argument, before enqueuing
-// anything, for a null tensor or result with n > 0 or a null `ready` event.
+// anything, for a null tensor or result with n > 0 or a null `ready` event; CudaError if a
+// launch, the record or the wait fails.
 void preprocess_then_infer(std::uint32_t* tensor, std::uint32_t* result, std::size_t n,
                            std::uint32_t value, std::uint64_t spin_ns, int rounds,
                            cudaStream_t preprocess, cudaStream_t infer, cudaEvent_t ready);
@@ -262,6 +279,8 @@ void preprocess_then_infer(std::uint32_t* tensor, std::uint32_t* result, std::si
 
 // Enqueue on `stream`: launch_spin_then_fill(d_buf, n, value, spin_ns), then a D2H copy of d_buf
 // into `host` (pinned, n elements). Return the sum of host[0, n) as the host reads it.
+// d_buf: device, n elements. Both throw std::invalid_argument for a null pointer with n > 0
+// (before any CUDA call), CudaError if a launch, copy or synchronisation fails.
 //
 // read_result_unsynchronised sums straight after enqueuing: the copy has not happened yet, so it
 // returns whatever `host` held before (main shows it; nothing tests it, it is a race).

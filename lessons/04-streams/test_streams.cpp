@@ -144,6 +144,8 @@ TEST_CASE("launch_spin and PipelineTrace reject bad sizes before any CUDA call",
   CHECK_THROWS_WITH(cs::launch_spin(1, 1025, 0, nullptr), Contains("threads in [1, 1024]"));
   CHECK_THROWS_AS(cs::launch_spin(1, 0, 0, nullptr), std::invalid_argument);
   CHECK_THROWS_AS(cs::launch_spin(0, 32, 0, nullptr), std::invalid_argument);
+  CHECK_THROWS_AS(cs::spin_blocks_per_sm(0), std::invalid_argument);
+  CHECK_THROWS_AS(cs::spin_blocks_per_sm(1025), std::invalid_argument);
   CHECK_THROWS_WITH(cs::PipelineTrace(0), Contains("chunks must be >= 1"));
   CHECK_THROWS_AS(cs::PipelineTrace(-3), std::invalid_argument);
 }
@@ -195,6 +197,15 @@ TEST_CASE("pipeline_bound rejects bad arguments", "[bound][ex1]") {
   CHECK_THROWS_AS(cs::pipeline_bound(cs::StageTimes{1, 1, 1}, 0), std::invalid_argument);
   CHECK_THROWS_AS(cs::pipeline_bound(cs::StageTimes{-1, 1, 1}, 4), std::invalid_argument);
   CHECK_THROWS_AS(cs::pipeline_bound(cs::StageTimes{1, 1, -0.5}, 4), std::invalid_argument);
+}
+
+TEST_CASE("validate(StageTimes) rejects negative and non-finite stage times", "[bound]") {
+  const double nan = std::nan(""), inf = std::numeric_limits<double>::infinity();
+  CHECK_NOTHROW(cs::validate(cs::StageTimes{0, 1.5, 2}));
+  CHECK_THROWS_AS(cs::validate(cs::StageTimes{nan, 1, 1}), std::invalid_argument);
+  CHECK_THROWS_AS(cs::validate(cs::StageTimes{1, inf, 1}), std::invalid_argument);
+  CHECK_THROWS_AS(cs::validate(cs::StageTimes{1, 1, -inf}), std::invalid_argument);
+  CHECK_THROWS_AS(cs::validate(cs::StageTimes{1, -0.5, 1}), std::invalid_argument);
 }
 
 TEST_CASE("fraction_of_ideal is ideal / pipelined", "[bound]") {

@@ -37,7 +37,9 @@ struct Span {
 std::vector<Span> spans_from_chunk_times(const std::vector<ChunkTimes>& chunks);
 
 // The union of each engine's busy intervals, in ms (what the three engine rows of the picture
-// show); for the README's "engine busy" numbers.
+// show); for the README's "engine busy" numbers. Spans may come in any order and overlap; time
+// covered twice on one engine counts once. Throws nothing: any spans give an answer, so
+// validate them first (spans_from_chunk_times does).
 struct EngineBusy {
   double h2d_ms = 0, kernel_ms = 0, d2h_ms = 0;
 };

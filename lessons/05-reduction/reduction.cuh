@@ -19,6 +19,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "common/cuda_check.hpp"
@@ -65,7 +67,12 @@ constexpr int kBestVersion = 7;
 //   v6, v7 (grid-stride chains, then trees): each of >= 256 threads adds at most ceil(n / 256)
 //   values, v6's atomics a chain of at most that many block totals; the trees add < 32 levels.
 // Libraries built the same way (CUB: per-thread chains, block trees, a second pass) fit v7's h.
+// Throws std::invalid_argument for a version outside 0..7: each h is derived for one algorithm.
 inline double summation_tree_height(int version, std::size_t n) {
+  if (version < 0 || version > 7) {
+    throw std::invalid_argument("summation_tree_height: version " + std::to_string(version) +
+                                "; expected 0..7");
+  }
   const std::size_t per_thread = (n + 255) / 256;
   if (version == 0) return static_cast<double>(n);
   if (version >= 1 && version <= 5) {
@@ -148,7 +155,9 @@ REDUCTION_HD inline float population_variance(Moments m) {
 // two Workspaces. It belongs to the device that was current when it first allocated.
 class Workspace {
  public:
-  // At least `bytes` of device memory in scratch area 0 or 1; contents undefined.
+  // At least `bytes` of device memory in scratch area 0 or 1; contents undefined. Growing frees
+  // the old allocation, so a pointer from an earlier call is invalid after a larger request.
+  // Throws std::invalid_argument for another area, CudaError if the allocation fails.
   void* scratch(int area, std::size_t bytes);
   // A device counter that is zero between launches (every launch that uses it leaves it zero).
   // Zeroed with cudaMemsetAsync on `stream` when first allocated.
@@ -248,8 +257,10 @@ inline std::uint32_t float_bits(float x) {
 
 // ------------------------------------------------------------------------------------------
 // Test data on the GPU: out[i] = uniform_from_index(seed, i, lo, hi). Cheaper than generating
-// 2^28 numbers on the CPU and copying them. lo == hi fills with the constant lo (all ones, say).
-// n == 0 does nothing; throws std::invalid_argument for out == nullptr with n > 0.
+// 2^28 numbers on the CPU and copying them. out: n floats (device). Values lie in [lo, hi) up to
+// one rounding; lo == hi fills with the constant lo (all ones, say). lo > hi is not rejected: it
+// fills (hi, lo] instead. n == 0 does nothing; throws std::invalid_argument for out == nullptr
+// with n > 0, CudaError if the launch fails.
 void fill_uniform(float* out, std::size_t n, std::uint32_t seed, float lo, float hi,
                   cudaStream_t stream);
 

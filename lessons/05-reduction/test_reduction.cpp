@@ -173,6 +173,15 @@ TEST_CASE("versions() lists 0..7 in teaching order, named reduce_vN_<idea>", "[v
   CHECK_THROWS_AS(reduction::elements_per_block(7), std::invalid_argument);
 }
 
+TEST_CASE("summation_tree_height knows versions 0..7 only", "[versions][errors]") {
+  for (const int version : {-1, 8, 99}) {
+    CHECK_THROWS_AS(reduction::summation_tree_height(version, 1000), std::invalid_argument);
+  }
+  for (const reduction::VersionInfo& v : reduction::versions()) {
+    CHECK_NOTHROW(reduction::summation_tree_height(v.number, 1000));
+  }
+}
+
 TEST_CASE("reduce_sum rejects bad arguments before touching the GPU", "[errors]") {
   reduction::Workspace ws;
   alignas(16) float host[8] = {};

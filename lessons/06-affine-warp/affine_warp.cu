@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -86,12 +87,17 @@ void validate_warp_range(const Affine2x3& dst_to_src, int dst_w, int dst_h, cons
 }
 
 void validate_normalize(const Normalize& norm, const char* who) {
+  // The same rule as lesson 03's bgr8_to_rgb_planar. A std below 1e-6 is a unit mistake or a
+  // typo, and 1 / (255 * 1e-45) is inf.
   static const char* const names[3] = {"R", "G", "B"};
   for (int c = 0; c < 3; ++c) {
-    if (!(norm.std[c] > 0.0f) || !std::isfinite(norm.std[c]) || !std::isfinite(norm.mean[c])) {
-      throw std::invalid_argument(prefix(who) + "std must be positive and mean finite, got mean " +
-                                  std::to_string(norm.mean[c]) + ", std " +
-                                  std::to_string(norm.std[c]) + " for channel " + names[c]);
+    if (!(std::isfinite(norm.mean[c]) && std::isfinite(norm.std[c]) &&
+          norm.std[c] >= kMinNormStd)) {
+      std::ostringstream msg;
+      msg << prefix(who) << "std must be finite and >= " << kMinNormStd
+          << " and mean finite, got mean " << norm.mean[c] << ", std " << norm.std[c]
+          << " for channel " << names[c];
+      throw std::invalid_argument(msg.str());
     }
   }
 }

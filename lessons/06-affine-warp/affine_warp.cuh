@@ -67,12 +67,16 @@ struct Normalize {
   float mean[3] = {0.0f, 0.0f, 0.0f};
   float std[3] = {1.0f, 1.0f, 1.0f};
 };
+// The smallest std accepted: real statistics are ~0.2, and 1 / (255 std) must stay far from inf.
+constexpr float kMinNormStd = 1e-6f;
 inline Normalize imagenet_normalize() {
   return {{0.485f, 0.456f, 0.406f}, {0.229f, 0.224f, 0.225f}};
 }
 
 // The per-channel transform the kernels apply, precomputed on the host from Normalize:
 // out[c] = v * scale[c] + bias[c] with scale = 1 / (255 std), bias = -mean / std (RGB order).
+// channel_transform does not check `norm`: call validate_normalize first (the launchers do), or a
+// zero std gives inf/NaN terms.
 struct ChannelTransform {
   float scale[3];
   float bias[3];
@@ -112,7 +116,8 @@ constexpr int kMaxDimension = course::kMaxImageDimension;
 //   [ 0  s  pad_y + s/2 - 1/2 ]
 // The "+ s/2 - 1/2" terms map pixel centres to pixel centres (continuous u = x + 1/2 on both
 // sides of u_dst = s * u_src + pad). half_pixel = false leaves them out: the classic bug that
-// shifts the image by (1 - s)/2 pixels; the lesson binary shows it.
+// shifts the image by (1 - s)/2 pixels; the lesson binary shows it. `lb` must come from
+// make_letterbox; nothing is checked here (it runs on the device too).
 __host__ __device__ Affine2x3 letterbox_matrix(const Letterbox& lb, bool half_pixel = true);
 
 // EXERCISE 1. The inverse of a 2x3 affine map (OpenCV's formula, cv::invertAffineTransform):
@@ -202,7 +207,8 @@ __host__ __device__ inline SubpixelPos source_position(const Affine2x3& inv, int
 // Bilinear sample of a BGR image at a 1/32-grid position, with a constant border: taps outside
 // the image read `border`. Integer weights (32 - fx)(32 - fy), fx (32 - fy), ... sum to 1024, so
 // the result is (sum + 512) >> 10: exactly OpenCV's INTER_LINEAR on 8-bit images (its 15-bit
-// weights are these times 32). out: B, G, R.
+// weights are these times 32). out: B, G, R. src must be a valid non-empty HOST or DEVICE image
+// (whichever side runs this; validate_source): nothing is checked here.
 __host__ __device__ inline void bilinear_sample_bgr(const ImageView& src, SubpixelPos p,
                                                     std::uint8_t border, std::uint8_t out[3]) {
   const int sx = p.x >> kSubpixelBits, sy = p.y >> kSubpixelBits;
@@ -233,6 +239,7 @@ __host__ __device__ inline void warp_pixel_bgr(const ImageView& src, const Affin
 // EXERCISE 2. bilinear_sample_bgr with a replicated border (cv::BORDER_REPLICATE): a tap
 // outside the image reads the nearest edge pixel (coordinates clamped to [0, w-1] x [0, h-1]).
 // This is what cv::resize does at the edges, so upscaling does not bleed grey into the image.
+// src must be non-empty (the clamp to [0, w-1] needs a pixel to land on); not checked.
 __host__ __device__ void bilinear_sample_bgr_replicate(const ImageView& src, SubpixelPos p,
                                                        std::uint8_t out[3]);
 
@@ -262,7 +269,9 @@ class DeviceImage {
   int width() const noexcept { return width_; }
   int height() const noexcept { return height_; }
 
-  // Copies a host image of the same size in (cudaMemcpy2DAsync: any source pitch).
+  // Copies a host image of the same size in (cudaMemcpy2DAsync on `stream`: any source pitch;
+  // keep `host` alive until the stream has passed the copy). Throws std::invalid_argument if
+  // validate_source rejects `host` or its size differs, CudaError if the copy fails.
   void upload(const ImageView& host, cudaStream_t stream = nullptr);
 
  private:
@@ -275,7 +284,8 @@ class DeviceImage {
 // ------------------------------------------------------------------------ launchers (async)
 //
 // All launchers validate first and throw std::invalid_argument (empty or null source, not 3
-// channels, pitch < 3 * width, target size < 1 or > kMaxDimension, null destination, std <= 0),
+// channels, pitch < 3 * width, target size < 1 or > kMaxDimension, null destination, a std not
+// finite or < kMinNormStd, a mean not finite),
 // before any CUDA call; then they enqueue on `stream` and return (CUDA errors: course::CudaError).
 // Sources are device images; destinations device buffers of the stated size.
 
@@ -315,7 +325,9 @@ Letterbox letterbox_fp16(const ImageView& src, __half* dst, int dst_w, int dst_h
 
 // ------------------------------------------------------------------------ CPU references
 
-// The per-pixel function on the host, for a HOST image: dst_h x dst_w x 3 uint8 BGR.
+// The per-pixel function on the host, for a HOST image: dst_h x dst_w x 3 uint8 BGR, contiguous.
+// These references throw std::invalid_argument as the launchers do (source, target size, and a
+// non-finite matrix or an invalid Normalize where they take one).
 std::vector<std::uint8_t> warp_affine_reference(const ImageView& src, const Affine2x3& dst_to_src,
                                                 int dst_w, int dst_h, std::uint8_t border);
 

@@ -10,6 +10,11 @@ namespace lesson06 {
 
 ImageView view_of(const cv::Mat& bgr) {
   if (bgr.empty()) throw std::invalid_argument("view_of: the image is empty; expected a BGR image");
+  if (bgr.dims != 2) {
+    // cols and rows are -1 for a Mat of 3 or more dimensions.
+    throw std::invalid_argument("view_of: expected a 2-D image, got a Mat of " +
+                                std::to_string(bgr.dims) + " dimensions");
+  }
   if (bgr.depth() != CV_8U) {
     throw std::invalid_argument("view_of: expected 8-bit unsigned pixels (CV_8U), got depth " +
                                 std::to_string(bgr.depth()) + " (" + cv::typeToString(bgr.type()) +

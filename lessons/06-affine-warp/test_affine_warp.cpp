@@ -516,6 +516,23 @@ TEST_CASE("Bad input is rejected with std::invalid_argument before any CUDA call
     CHECK_THROWS_WITH(letterbox_v2_fused(good, dst, 16, 16, zero_std), Contains("std must be"));
     CHECK_THROWS_WITH(hwc_u8_to_chw_f32(nullptr, 16, 16, dst, {}), Contains("null"));
   }
+  SECTION("normalisation: a std that is negative, tiny or not finite; a mean not finite") {
+    for (const float bad : {-1.0f, 1e-45f, 1e-7f, INFINITY, NAN}) {
+      Normalize norm = imagenet_normalize();
+      norm.std[2] = bad;
+      CHECK_THROWS_AS(validate_normalize(norm, "test"), std::invalid_argument);
+      CHECK_THROWS_AS(letterbox_reference(good, 16, 16, norm), std::invalid_argument);
+    }
+    Normalize inf_mean;
+    inf_mean.mean[0] = -INFINITY;
+    CHECK_THROWS_AS(validate_normalize(inf_mean, "test"), std::invalid_argument);
+    CHECK_NOTHROW(validate_normalize(imagenet_normalize(), "test"));
+  }
+  SECTION("cv::Mat of 3 dimensions (cols and rows are -1)") {
+    const int sizes[3] = {2, 4, 4};
+    CHECK_THROWS_AS(view_of(cv::Mat(3, sizes, CV_8UC3)), std::invalid_argument);
+    CHECK_THROWS_AS(letterbox_opencv(cv::Mat(3, sizes, CV_8UC3), 16, 16), std::invalid_argument);
+  }
   SECTION("a batch: a bad frame anywhere rejects the whole batch; an empty batch is a no-op") {
     ImageView bad = good;
     bad.channels = 1;

@@ -62,6 +62,18 @@ dim3 tile_grid(const char* who, int M, int N, int bm, int bn) {
 }
 }  // namespace
 
+namespace {
+// An Activation cast from an out-of-range int would run as the identity in activate(): a layer
+// that silently lost its nonlinearity. Checked first, even when there is nothing to compute.
+void check_activation(const char* who, Activation act) {
+  if (act != Activation::none && act != Activation::relu && act != Activation::silu) {
+    throw std::invalid_argument(std::string(who) + ": unknown Activation " +
+                                std::to_string(static_cast<int>(act)) +
+                                "; expected none (0), relu (1) or silu (2)");
+  }
+}
+}  // namespace
+
 bool check_gemm_args(const char* who, int M, int N, int K, const float* A, const float* B,
                      const float* C) {
   if (M < 0 || N < 0 || K < 0) {
@@ -878,12 +890,14 @@ const SgemmVersion& sgemm_version(int number) {
 
 void sgemm_bias_act(int M, int N, int K, float alpha, const float* A, const float* B, float beta,
                     const float* bias, Activation act, float* C, cudaStream_t stream) {
+  check_activation("sgemm_bias_act", act);
   if (!check_gemm_args("sgemm_bias_act", M, N, K, A, B, C)) return;
   launch_v8_config(kDefaultTileConfig, M, N, K, A, B, C, Epilogue{alpha, beta, bias, act}, stream);
 }
 
 void bias_activation(int M, int N, const float* bias, Activation act, float* C,
                      cudaStream_t stream) {
+  check_activation("bias_activation", act);
   if (M < 0 || N < 0) {
     throw std::invalid_argument("bias_activation: M and N must be >= 0, got M=" +
                                 std::to_string(M) + ", N=" + std::to_string(N));

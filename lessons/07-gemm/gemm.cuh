@@ -129,7 +129,9 @@ struct Fp32Peak {
   int clock_khz = 0;  // cudaDevAttrClockRate: the maximum boost clock
   double tflops = 0.0;
 };
-Fp32Peak fp32_peak(int device);  // reads the device's attributes with cudaDeviceGetAttribute
+// Reads the device's attributes with cudaDeviceGetAttribute. Throws CudaError for an invalid
+// device ordinal (or no device), std::invalid_argument below compute capability 7.0.
+Fp32Peak fp32_peak(int device);
 
 // ---------------------------------------------------------------- the SGEMM versions
 
@@ -178,11 +180,15 @@ void sgemm_v8_tile_config(TileConfig config, int M, int N, int K, float alpha, c
 
 // C = act(alpha * A * B + beta * C + bias[n]) with v8, the bias and activation applied in the
 // kernel's write-out: C is written once. bias: N floats on the device (may be null: no bias).
+// Throws std::invalid_argument like the GEMMs, and for an `act` outside the enum (before any
+// CUDA call, even when M or N is 0).
 void sgemm_bias_act(int M, int N, int K, float alpha, const float* A, const float* B, float beta,
                     const float* bias, Activation act, float* C, cudaStream_t stream = nullptr);
 
 // The unfused alternative's second kernel: C[m][n] = act(C[m][n] + bias[n]) in place, an extra
-// read and write of all of C. bias may be null. Throws std::invalid_argument like the GEMMs.
+// read and write of all of C. C: M x N, bias: N floats, both device; bias may be null. Throws
+// std::invalid_argument for M or N < 0, a null C with M, N > 0, or an `act` outside the enum,
+// all before any CUDA call; CudaError if the launch fails.
 void bias_activation(int M, int N, const float* bias, Activation act, float* C,
                      cudaStream_t stream = nullptr);
 
@@ -210,6 +216,8 @@ class CublasError : public std::runtime_error {
 };
 
 // Move-only owner of a cuBLAS handle (cublasCreate / cublasDestroy) on the current device.
+// The constructor throws CublasError (not CudaError) if cublasCreate or the math mode fails,
+// e.g. CUBLAS_STATUS_NOT_INITIALIZED with no usable GPU.
 // The math mode is pinned to CUBLAS_DEFAULT_MATH: cublasSgemm then computes in true FP32 (no TF32
 // tensor cores), the honest baseline for FP32 kernels. TF32 is requested explicitly, per call,
 // by cublas_gemm_tf32.
@@ -248,7 +256,9 @@ void fill_uniform(float* data, std::size_t n, std::uint64_t seed, float lo, floa
                   cudaStream_t stream = nullptr);
 
 // One element of the FP64 reference: sum_k A[m][k] * B[k][n] (row-major, as above), and
-// sum_k |A[m][k] * B[k][n]| in *abs_sum (the scale the rounding error is proportional to).
+// sum_k |A[m][k] * B[k][n]| in *abs_sum (the scale the rounding error is proportional to;
+// abs_sum may be null). A: M x K, B: K x N, both HOST memory. Nothing is checked (it runs once
+// per element of sgemm_reference): K >= 0, 0 <= m < M, 0 <= n < N, and A, B non-null if K > 0.
 double reference_dot(int N, int K, const float* A, const float* B, int m, int n, double* abs_sum);
 
 // The FP64 CPU reference of the whole product: out = act(alpha * A * B + beta * C + bias)
@@ -266,6 +276,7 @@ void sgemm_reference(int M, int N, int K, float alpha, const float* A, const flo
 // operands each truncated or rounded to a 10-bit mantissa: (1 + 2^-10)^2 - 1 < 2^-9).
 // An activation applied afterwards scales the bound by its Lipschitz constant (ReLU 1, SiLU 1.1)
 // and adds its own rounding (a few ulp of expf): activation_error_bound does that.
+// Precondition (not checked): K >= 0 and abs_sum >= 0; beta == 0 ignores c_old, as the GEMMs do.
 double gemm_error_bound(int K, double alpha, double abs_sum, double beta, double c_old, double bias,
                         double input_rounding = 0.0);
 double activation_error_bound(Activation act, double bound_before, double exact_result);

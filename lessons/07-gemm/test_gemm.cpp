@@ -239,6 +239,20 @@ TEST_CASE("Versions are numbered 1..8 in teaching order and found by number", "[
   CHECK_THROWS_WITH(lesson07::sgemm_version(9), Contains("unknown SGEMM version 9"));
 }
 
+TEST_CASE("An Activation outside the enum is rejected before any GPU work", "[args]") {
+  float dummy[4] = {};
+  const float* p = dummy;
+  for (const int bad : {-1, 3, 42}) {
+    const auto act = static_cast<Activation>(bad);
+    CHECK_THROWS_AS(lesson07::bias_activation(2, 2, p, act, dummy), std::invalid_argument);
+    CHECK_THROWS_AS(lesson07::bias_activation(0, 2, p, act, dummy), std::invalid_argument);
+    CHECK_THROWS_AS(lesson07::sgemm_bias_act(2, 2, 2, 1, p, p, 0, p, act, dummy),
+                    std::invalid_argument);
+    CHECK_THROWS_AS(lesson07::sgemm_bias_act(0, 2, 2, 1, p, p, 0, p, act, dummy),
+                    std::invalid_argument);
+  }
+}
+
 TEST_CASE("Bad shapes and null pointers are rejected before any GPU work", "[args]") {
   // Dummy host pointers: the checks must throw before anything is launched or dereferenced.
   float dummy[4] = {};

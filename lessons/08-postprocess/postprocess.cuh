@@ -161,6 +161,9 @@ __host__ __device__ float iou(const Box& a, const Box& b);
 // yolov5 shortcut: when objectness <= conf_threshold the class scores are not read at all: with
 // class scores in [0, 1], objectness x class <= objectness, so the candidate cannot pass (this is
 // what YOLOv5's own NMS does first, and it saves reading 80 of every 85 floats).
+// Preconditions, not checked (it runs per thread; validate(spec) and validate(lb) do it once):
+// spec.num_classes >= 1, output holds all spec.elements() = N x (5 + C) or (4 + C) x N floats
+// of the layout, lb from make_letterbox, out non-null.
 __host__ __device__ bool decode_candidate(const float* output, const OutputSpec& spec, int i,
                                           float conf_threshold, const Letterbox& lb,
                                           Detection* out);
@@ -309,7 +312,8 @@ class GpuNms {
   // capacity. Throws std::invalid_argument for a bad n or threshold. Asynchronous.
   void enqueue(const Detection* boxes, int n, float iou_threshold, bool class_agnostic,
                cudaStream_t stream);
-  // The kept boxes in NMS order (synchronises `stream`).
+  // The kept boxes in NMS order, host memory (synchronises `stream`: pass the stream of the last
+  // enqueue). Empty before the first enqueue. Throws CudaError if a copy or the NMS failed.
   std::vector<Detection> download(cudaStream_t stream) const;
 
  private:
@@ -331,7 +335,8 @@ std::vector<Detection> nms_gpu(const std::vector<Detection>& boxes, float iou_th
 // -------------------------------------------------------------------- CPU reference (host)
 // reference.cpp: straightforward loops over the same per-element functions.
 
-// Sorts into NMS order: score desc, index asc.
+// Sorts into NMS order: score desc, index asc (sort_key; -0 == +0, NaN scores sort by their
+// bits). A strict order only when indices are unique; nothing is checked or thrown.
 void sort_for_nms(std::vector<Detection>& boxes);
 
 // Greedy NMS (the semantics at the top of this file): in NMS order, keep a box unless a kept box
@@ -372,8 +377,10 @@ constexpr int kMaxTopK = 64;
 
 // probs[r][c] = exp(logits[r][c] - max_r) / sum_c exp(logits[r][c] - max_r): softmax of each
 // row of a rows x cols row-major matrix in device memory (subtracting the row maximum keeps
-// exp() from overflowing; the result is the same). One block per row. rows >= 0, cols >= 1,
-// else std::invalid_argument. Asynchronous.
+// exp() from overflowing; the result is the same). One block per row. Not in place: logits and
+// probs must not overlap (the kernel reads through __restrict__ pointers). Throws
+// std::invalid_argument for rows < 0, cols < 1, or a null pointer with rows > 0, before any CUDA
+// call; CudaError if the launch fails. Asynchronous.
 void softmax_rows(const float* logits, float* probs, int rows, int cols, cudaStream_t stream);
 
 // EXERCISE 4. The k largest values of each row of a rows x cols row-major matrix in device

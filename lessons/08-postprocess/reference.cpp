@@ -3,6 +3,8 @@
 // decode_candidate), so that GPU and CPU results can be compared exactly.
 #include <algorithm>
 #include <cmath>
+#include <limits>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -36,7 +38,12 @@ void validate(const OutputSpec& spec) {
 
 void validate_threshold(float t, const char* name) {
   if (!(t >= 0.0f && t <= 1.0f)) {  // also rejects NaN
-    throw std::invalid_argument(std::string(name) + " must be in [0, 1], got " + std::to_string(t));
+    // Every digit a float needs, in %g style: std::to_string's fixed "%f" shows -1e-7 as
+    // -0.000000 and 1.0000001 as 1.000000, values that look valid.
+    std::ostringstream msg;
+    msg.precision(std::numeric_limits<float>::max_digits10);
+    msg << name << " must be in [0, 1], got " << t;
+    throw std::invalid_argument(msg.str());
   }
 }
 

@@ -82,11 +82,14 @@ std::vector<float> make_detector_output(const OutputSpec& spec, const Letterbox&
 // distinct values (many ties); 0 draws them from (0, 1]. Coordinates lie on a quarter-pixel grid,
 // so every area, intersection and union is exact in float: a float IoU and OpenCV's double IoU
 // then only round the final division, and agree on IoU > t for t = 0.5, 0.375, 0.25.
+// Throws std::invalid_argument unless n >= 0, num_classes >= 1, image_size >= 16,
+// boxes_per_cluster >= 1 and score_levels >= 0.
 std::vector<Detection> random_detections(int n, int num_classes, int image_size,
                                          int boxes_per_cluster, int score_levels,
                                          std::uint32_t seed);
 
-// rows x cols logits, uniform in [-scale, scale).
+// rows x cols logits, row-major, uniform in [-scale, scale) (scale >= 0; not checked). Throws
+// std::invalid_argument for rows or cols < 0.
 std::vector<float> random_logits(int rows, int cols, float scale, std::uint32_t seed);
 
 // How many objects have a detection of their class whose four coordinates are all within

@@ -562,6 +562,11 @@ TEST_CASE("Bad input is rejected with a clear error, before any GPU work", "[arg
     CHECK_THROWS_WITH(validate(c), Contains("conf_threshold must be in [0, 1], got 1.5"));
     c.conf_threshold = std::numeric_limits<float>::quiet_NaN();
     CHECK_THROWS_AS(validate(c), std::invalid_argument);
+    // Values just outside the range are shown as they are, not rounded to a valid-looking one.
+    c.conf_threshold = -1e-7f;
+    CHECK_THROWS_WITH(validate(c), Contains("e-07") && !Contains("0.000000"));
+    c.conf_threshold = std::nextafter(1.0f, 2.0f);  // 1 + 2^-23 = 1.00000012
+    CHECK_THROWS_WITH(validate(c), Contains("got 1.0000001"));
     c = PostprocessConfig{};
     c.iou_threshold = 1.01f;
     CHECK_THROWS_WITH(GpuPostprocessor(spec, lb, c), Contains("iou_threshold must be in [0, 1]"));
