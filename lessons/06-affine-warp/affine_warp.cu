@@ -72,12 +72,10 @@ void validate_warp_range(const Affine2x3& dst_to_src, int dst_w, int dst_h, cons
       throw std::invalid_argument(prefix(who) + "the matrix must be finite, got a NaN or inf");
     }
   }
-  // The largest |term| over the output: each term is linear in x or y, so its extremes sit at
-  // x = 0 or dst_w - 1 (y likewise).
+  // Each term is linear in x or y, so the largest sum of |terms| sits at the far corner.
   const double xmax = dst_w > 0 ? dst_w - 1.0 : 0.0, ymax = dst_h > 0 ? dst_h - 1.0 : 0.0;
-  const double reach = std::max({std::fabs(m[0]) * xmax, std::fabs(m[3]) * xmax,
-                                 std::fabs(m[1]) * ymax + std::fabs(m[2]),
-                                 std::fabs(m[4]) * ymax + std::fabs(m[5])});
+  const double reach = std::max(std::fabs(m[0]) * xmax + std::fabs(m[1]) * ymax + std::fabs(m[2]),
+                                std::fabs(m[3]) * xmax + std::fabs(m[4]) * ymax + std::fabs(m[5]));
   if (!(reach <= kMaxSourceReach)) {
     throw std::invalid_argument(
         prefix(who) + "this warp maps output pixels up to " + std::to_string(std::lround(reach)) +

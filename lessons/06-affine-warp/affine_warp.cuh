@@ -348,14 +348,14 @@ std::vector<float> letterbox_reference(const ImageView& src, int dst_w, int dst_
 // `who` prefixes the message, e.g. "letterbox_v2_fused: expected a 3-channel BGR image, got 4".
 void validate_source(const ImageView& src, const char* who);
 void validate_target(int dst_w, int dst_h, const char* who);
-// How far, in source pixels, one fixed-point term of source_position may reach: 2^19 pixels is
-// 2^29 in 1/1024 pixel, so two terms plus the rounding never overflow an int. Far beyond any
-// frame (sides <= kMaxDimension); only absurd aspect ratios (a 32766x1 line into a 16x32766
-// input) or matrices reach it.
-constexpr double kMaxSourceReach = 524288.0;
+// How far from the origin, in source pixels, source_position may place a pixel: its int sum of
+// two fixed-point terms counts 1/1024 pixels, and 2^21 pixels would be 2^31 of them; 2,000,000
+// leaves room for the rounding. Far beyond any frame (sides <= kMaxDimension); only absurd aspect
+// ratios (a 32766x1 line into a 16x32766 input) or matrices reach it.
+constexpr double kMaxSourceReach = 2.0e6;
 // Throws std::invalid_argument (naming `who`) unless, for every pixel (x, y) of a dst_w x dst_h
-// output, each term of dst_to_src's map (m0*x, m3*x, m1*y + m2, m4*y + m5) stays within
-// kMaxSourceReach source pixels; also for a matrix with a NaN or inf.
+// output, |m0| x + |m1| y + |m2| and |m3| x + |m4| y + |m5| (the largest the terms of
+// source_position can add up to) stay within kMaxSourceReach; also for a NaN or inf entry.
 void validate_warp_range(const Affine2x3& dst_to_src, int dst_w, int dst_h, const char* who);
 void validate_normalize(const Normalize& norm, const char* who);
 

@@ -291,7 +291,7 @@ TEST_CASE("The CPU per-pixel reference matches cv::warpAffine within 1 grey leve
 TEST_CASE("Extreme aspect ratios: far-away padding matches OpenCV, beyond the reach is refused",
           "[opencv]") {
   // A 2048x1 line into a 16x2048 input: s = 1/128, so the padding rows map up to ~3.9e5 pixels
-  // above the source, inside kMaxSourceReach. Oracles: cv::warpAffine (uint8, +-1 grey level)
+  // above the source, within kMaxSourceReach. Oracles: cv::warpAffine (uint8, +-1 grey level)
   // and the OpenCV pipeline (float, 1 grey level / 255).
   {
     const cv::Mat src = random_image(2048, 1, 2048);
@@ -318,7 +318,9 @@ TEST_CASE("Extreme aspect ratios: far-away padding matches OpenCV, beyond the re
   CHECK_THROWS_WITH(validate_warp_range(far, 16, 32766, "test"), Contains("source pixels away"));
   const double nan = std::numeric_limits<double>::quiet_NaN();
   CHECK_THROWS_AS(validate_warp_range({{1, 0, 0, 0, nan, 0}}, 4, 4, "test"), std::invalid_argument);
-  CHECK_NOTHROW(validate_warp_range({{kMaxSourceReach / 15, 0, 0, 0, 1, 0}}, 16, 16, "test"));
+  CHECK_NOTHROW(validate_warp_range({{kMaxSourceReach / 16, 0, 0, 0, 1, 0}}, 17, 17, "test"));
+  CHECK_THROWS_AS(validate_warp_range({{kMaxSourceReach / 16, 1, 0, 0, 1, 0}}, 17, 17, "test"),
+                  std::invalid_argument);
 }
 
 TEST_CASE("A plain float bilinear is not OpenCV's: the 1/32 grid matters on sharp detail",
