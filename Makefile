@@ -35,7 +35,7 @@ all: build
 
 deps:
 	$(SUDO) apt-get update
-	DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y --no-install-recommends $(PACKAGES)
+	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $(PACKAGES)
 
 # Configure every time (seconds once cached): a failed first configure then retries, and
 # CMAKE_ARGS given later still take effect.

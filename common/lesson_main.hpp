@@ -33,4 +33,13 @@ enum class DeviceCheck {
 int lesson_main(CLI::App& app, int argc, char** argv, const std::function<int()>& body,
                 DeviceCheck check = DeviceCheck::before_body) noexcept;
 
+// CLI11 validators for the lessons' numeric options, e.g.
+//   app.add_option("--reps", reps, "...")->check(course::integer_in(1, 1000));
+// integer_in: the whole text is a base-10 integer in [lo, hi]. (CLI::Range alone calls "abc"
+// "not in range", and CLI11 2.1 converts with base 0, reading "010" as octal 8; the text is
+// handed on normalised, "010" -> "10".) real_in: a number in [lo, hi], not NaN.
+// Their help text reads "INT in [lo, hi]" / "FLOAT in [lo, hi]".
+CLI::Validator integer_in(long long lo, long long hi);
+CLI::Validator real_in(double lo, double hi);
+
 }  // namespace course

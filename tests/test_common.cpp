@@ -186,7 +186,7 @@ int run_lesson_main(std::vector<std::string> args, const std::function<int()>& b
                     course::DeviceCheck check = course::DeviceCheck::none, int* n = nullptr) {
   int value = 5;
   CLI::App app{"a test of lesson_main"};
-  app.add_option("--n", value, "a number in [1, 10]")->check(CLI::Range(1, 10));
+  app.add_option("--n", value, "a number in [1, 10]")->check(course::integer_in(1, 10));
   args.insert(args.begin(), "lesson");
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(&a[0]);
@@ -220,6 +220,29 @@ TEST_CASE("lesson_main: exit 0 for --help, 2 for a usage error, the body's code 
   CHECK(run_lesson_main({"--help"}, body) == 0);
   CHECK(run_lesson_main({"-h"}, body) == 0);
   CHECK_FALSE(ran);
+}
+
+TEST_CASE("integer_in and real_in accept whole numbers in range and nothing else", "[cli]") {
+  // Each validator applied to text as CLI11 applies it: "" means accepted. The expectations are
+  // written out by hand (decimal reading, closed ranges, NaN refused), not derived from the code.
+  const CLI::Validator reps = course::integer_in(1, 1000);
+  const auto int_ok = [&](std::string text) { return reps(text).empty(); };
+  CHECK(int_ok("1"));
+  CHECK(int_ok("1000"));
+  CHECK(int_ok("010"));  // decimal 10, not octal 8
+  for (const char* bad :
+       {"0", "1001", "-1", "abc", "12abc", "", "1.5", "0x10", "99999999999999999999"})
+    CHECK_FALSE(int_ok(bad));
+  std::string octal = "010";
+  CHECK(reps(octal).empty());
+  CHECK(octal == "10");  // handed on normalised, so CLI11's base-0 conversion reads 10
+  CHECK_THAT(reps(std::string("abc")), Contains("expected an integer in [1, 1000]"));
+
+  const CLI::Validator conf = course::real_in(0.0, 1.0);
+  const auto real_ok = [&](std::string text) { return conf(text).empty(); };
+  for (const char* good : {"0", "1", "0.25", "1e-3"}) CHECK(real_ok(good));
+  for (const char* bad : {"nan", "NaN", "-0.1", "1.5", "inf", "abc", "", "0.5x"})
+    CHECK_FALSE(real_ok(bad));
 }
 
 TEST_CASE("lesson_main: an exception from the body is exit 1", "[cli]") {

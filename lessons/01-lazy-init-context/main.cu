@@ -276,7 +276,7 @@ int main(int argc, char** argv) {
       "context made with the Driver API."};
   app.add_option("--device", device, "the device to use (default 0)")
       ->type_name("N")
-      ->check(CLI::Range(0, std::numeric_limits<int>::max()));
+      ->check(course::integer_in(0, std::numeric_limits<int>::max()));
   std::function<int()> body = [&] {
     // Checking for a device here would initialise the driver, and step 1 must come first; so
     // the check runs in a child process, which leaves this one untouched.

@@ -50,9 +50,10 @@ Copy2DPlan plan_roi_copy(const HostImageView& image, const Roi& roi) {
   throw std::logic_error("TODO(exercise 2a): plan the cudaMemcpy2D of a ROI");
 }
 
-// 2b. Plan, check that dst is exactly plan.width_bytes x plan.height (std::invalid_argument
-//     otherwise), return early for an empty ROI, then one cudaMemcpy2DAsync: dst.data() with
-//     dst.pitch(), image.data + plan.src_offset with plan.src_pitch.
+// 2b. Plan; return early for an empty ROI (either side 0: nothing to copy, whatever dst is);
+//     check that dst is exactly plan.width_bytes x plan.height (std::invalid_argument
+//     otherwise); then one cudaMemcpy2DAsync: dst.data() with dst.pitch(), image.data +
+//     plan.src_offset with plan.src_pitch.
 void upload_roi(const HostImageView& image, const Roi& roi, PitchedImage& dst,
                 cudaStream_t stream) {
   (void)image;

@@ -500,15 +500,15 @@ int main(int argc, char** argv) {
   app.add_option("--reps", options.reps,
                  "timed repetitions per measurement, median printed (default 5)")
       ->type_name("N")
-      ->check(CLI::Range(1, 1000));
+      ->check(course::integer_in(1, 1000));
   app.add_option("--max-mib", options.max_mib,
                  "largest host<->device copy in the bandwidth table, MiB (default 64)")
       ->type_name("N")
-      ->check(CLI::Range(1, 1024));
+      ->check(course::integer_in(1, 1024));
   app.add_option("--transpose", options.transpose_n,
                  "size of the N x N float matrix the transposes work on (default 4096)")
       ->type_name("N")
-      ->check(CLI::Range(1, 16384));
+      ->check(course::integer_in(1, 16384));
   app.footer("The full sweeps (4 KiB .. 256 MiB) are in lesson02_bench: make bench LESSON=02");
   return course::lesson_main(app, argc, argv, [&] {
     std::printf("Lesson 02: memory types. Every number below was measured just now on GPU 0.\n");

@@ -649,9 +649,11 @@ Copy2DPlan plan_roi_copy(const HostImageView& image, const Roi& roi) {
 void upload_roi(const HostImageView& image, const Roi& roi, PitchedImage& dst,
                 cudaStream_t stream) {
   const Copy2DPlan plan = plan_roi_copy(image, roi);
+  // An empty ROI (either side 0) copies nothing, whatever dst is: an empty PitchedImage is 0x0
+  // even when only one side was 0, so checking it against a 0x3 plan would refuse a valid call.
+  if (plan.width_bytes == 0 || plan.height == 0) return;
   require(dst.width_bytes() == plan.width_bytes && dst.height() == plan.height,
           "upload_roi: expected a destination of roi.width*channels x roi.height bytes");
-  if (plan.width_bytes == 0 || plan.height == 0) return;
   CUDA_CHECK(cudaMemcpy2DAsync(dst.data(), dst.pitch(), image.data + plan.src_offset,
                                plan.src_pitch, plan.width_bytes, plan.height,
                                cudaMemcpyHostToDevice, stream));

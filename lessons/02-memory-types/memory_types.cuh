@@ -296,8 +296,8 @@ struct Copy2DPlan {
 Copy2DPlan plan_roi_copy(const HostImageView& image, const Roi& roi);
 
 // EXERCISE 2b. Copy `roi` of `image` into `dst` (roi.width*channels x roi.height bytes) with one
-// cudaMemcpy2DAsync on `stream`. Throws std::invalid_argument for a bad plan or a `dst` of
-// another size.
+// cudaMemcpy2DAsync on `stream`. An empty ROI (either side 0) copies nothing and leaves `dst`
+// unchecked. Throws std::invalid_argument for a bad plan or a `dst` of another size.
 void upload_roi(const HostImageView& image, const Roi& roi, PitchedImage& dst, cudaStream_t stream);
 
 // ==================================================================== 4. constant memory

@@ -580,18 +580,18 @@ int main(int argc, char** argv) {
   app.add_option("--n", opt.n,
                  "elements of the vector add and the block-size sweep (default 33554432)")
       ->type_name("N")
-      ->check(CLI::Range(1LL, 1LL << 31));
+      ->check(course::integer_in(1LL, 1LL << 31));
   app.add_option("--width", opt.width,
                  "image width for the BGR -> RGB planar example (default 1920)")
       ->type_name("W")
-      ->check(CLI::Range(1, 16384));
+      ->check(course::integer_in(1, 16384));
   app.add_option("--height", opt.height, "image height (default 1080)")
       ->type_name("H")
-      ->check(CLI::Range(1, 16384));
+      ->check(course::integer_in(1, 16384));
   app.add_option("--reps", opt.reps,
                  "timed repetitions per measurement; the median is printed (default 5)")
       ->type_name("R")
-      ->check(CLI::Range(1, 1000));
+      ->check(course::integer_in(1, 1000));
   app.add_flag_callback(
       "--no-sticky", [&] { opt.sticky = false; },
       "skip the sticky-error demonstration (it runs this program again as a\n"

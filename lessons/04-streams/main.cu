@@ -403,22 +403,22 @@ int main(int argc, char** argv) {
   app.add_option("--n", opts.n,
                  "elements (uint32) in the pipelined batch (default 33554432 = 128 MiB)")
       ->type_name("N")
-      ->check(CLI::Range(1LL, 1LL << 32));
+      ->check(course::integer_in(1LL, 1LL << 32));
   app.add_option("--chunks", opts.chunks, "chunks the batch is split into (default 16)")
       ->type_name("N")
-      ->check(CLI::Range(1, 4096));
+      ->check(course::integer_in(1, 4096));
   app.add_option("--streams", opts.streams, "streams the chunks are spread over (default 4)")
       ->type_name("K")
-      ->check(CLI::Range(1, cs::kMaxStreams));
+      ->check(course::integer_in(1, cs::kMaxStreams));
   app.add_option("--rounds", opts.rounds,
                  "mix rounds per element; 0 calibrates R so that the kernel takes about\n"
                  "as long as the H2D copy (default 0)")
       ->type_name("R")
-      ->check(CLI::Range(0, 1000000));
+      ->check(course::integer_in(0, 1000000));
   app.add_option("--frames", opts.frames,
                  "frames per variant in the launch-overhead part (default 200)")
       ->type_name("F")
-      ->check(CLI::Range(1, 100000));
+      ->check(course::integer_in(1, 100000));
   app.add_option("--timeline", opts.timeline,
                  "write the timeline of the serial and pipelined runs as an SVG to FILE\n"
                  "(default: no file is written)")

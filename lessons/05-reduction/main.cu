@@ -252,14 +252,14 @@ int main(int argc, char** argv) {
   CLI::App app{"Lesson 05: parallel reduction, step by step to the speed of memory."};
   const int last_version = static_cast<int>(reduction::versions().size()) - 1;
   app.add_option("VERSION", o.version, "check and time only this version of the sum (default: all)")
-      ->check(CLI::Range(0, last_version));
+      ->check(course::integer_in(0, last_version));
   app.add_option("--n", o.n, "number of floats to sum (default 67108864 = 2^26, 256 MiB)")
       ->type_name("N")
-      ->check(CLI::Range(std::size_t{1}, reduction::kMaxElements));
+      ->check(course::integer_in(1, static_cast<long long>(reduction::kMaxElements)));
   app.add_option("--reps", o.reps,
                  "timed repetitions per version; the median is printed (default 5)")
       ->type_name("R")
-      ->check(CLI::Range(1, 1000));
+      ->check(course::integer_in(1, 1000));
   std::string versions = "Versions:";
   for (const auto& v : reduction::versions()) {
     char line[256];

@@ -5,7 +5,8 @@
 // until every test passes. The declarations and what each function must do are in gemm.cuh;
 // README.md has hints. Available from gemm.cuh: check_gemm_args (the argument checks and the
 // "nothing to do" answer), epilogue_value (alpha, beta, bias, activation of one element),
-// ceil_div; from common/cuda_check.hpp: CUDA_CHECK_LAUNCH.
+// ceil_div, tile_grid (the blocks over C, refusing more than 65535 block rows); from
+// common/cuda_check.hpp: CUDA_CHECK_LAUNCH.
 #include <stdexcept>
 
 #include "common/cuda_check.hpp"
@@ -40,8 +41,8 @@ __global__ void nt_register_blocking_kernel(int M, int N, int K, float alpha, co
 void sgemm_nt_smem_tiling(int M, int N, int K, float alpha, const float* A, const float* W,
                           float beta, float* C, cudaStream_t stream) {
   // TODO(exercise 1): check the arguments (return when there is nothing to do), launch
-  // nt_smem_tiling_kernel over ceil(N/32) x ceil(M/32) blocks of 32 x 32 threads on `stream`,
-  // check the launch. Then delete the throw.
+  // nt_smem_tiling_kernel over tile_grid(..., M, N, 32, 32) (ceil(N/32) x ceil(M/32) blocks) of
+  // 32 x 32 threads on `stream`, check the launch. Then delete the throw.
   (void)M, (void)N, (void)K, (void)alpha, (void)A, (void)W, (void)beta, (void)C, (void)stream;
   throw std::logic_error("TODO(exercise 1): sgemm_nt_smem_tiling is not written yet");
 }

@@ -49,9 +49,8 @@ bool can_vectorize(int N, int K, const float* A, const float* B, const float* C)
   return K % 4 == 0 && N % 4 == 0 && aligned16(A) && aligned16(B) && aligned16(C);
 }
 
-// Blocks of bm x bn outputs tile C: blockIdx.x runs across the N columns, blockIdx.y down the M
-// rows. gridDim.y is limited to 65535 (Programming Guide, "Compute Capabilities"); a taller C is
-// rejected rather than silently truncated.
+}  // namespace
+
 dim3 tile_grid(const char* who, int M, int N, int bm, int bn) {
   const int blocks_y = ceil_div(M, bm);
   if (blocks_y > 65535) {
@@ -60,7 +59,6 @@ dim3 tile_grid(const char* who, int M, int N, int bm, int bn) {
   }
   return dim3(ceil_div(N, bn), blocks_y);
 }
-}  // namespace
 
 namespace {
 // An Activation cast from an out-of-range int would run as the identity in activate(): a layer

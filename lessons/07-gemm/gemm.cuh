@@ -108,6 +108,12 @@ __host__ __device__ inline float epilogue_value(float acc, float c_old, float bi
 bool check_gemm_args(const char* who, int M, int N, int K, const float* A, const float* B,
                      const float* C);
 
+// The grid of a launch that gives each block a bm x bn tile of C (M x N): blockIdx.x across the
+// N columns, blockIdx.y down the M rows, ceil(N / bn) x ceil(M / bm) blocks. gridDim.y is limited
+// to 65535 (Programming Guide, "Compute Capabilities"): a taller C throws std::invalid_argument
+// naming `who`, rather than being silently truncated.
+dim3 tile_grid(const char* who, int M, int N, int bm, int bn);
+
 // 2*M*N*K: one multiply and one add per (m, n, k). TFLOP/s = gemm_flops / seconds / 1e12.
 inline double gemm_flops(int M, int N, int K) {
   return 2.0 * M * N * K;

@@ -276,7 +276,7 @@ int main(int argc, char** argv) {
                                const std::function<void(const int&)>& set) {
     app.add_option_function<int>(name, set, help)
         ->type_name(value_name)
-        ->check(CLI::Range(1, 1 << 20))
+        ->check(course::integer_in(1, 1 << 20))
         ->trigger_on_parse();
   };
   size_option("--size", "S", "M = N = K = S (default 4096)",
@@ -288,12 +288,12 @@ int main(int argc, char** argv) {
   const int last_version = static_cast<int>(sgemm_versions().size());
   app.add_option("--version", opt.versions, "run version V only (repeat for several); default: all")
       ->type_name("V")
-      ->check(CLI::Range(1, last_version))
+      ->check(course::integer_in(1, last_version))
       ->allow_extra_args(false);  // one value per --version; repeat the option for several
   app.add_option("--reps", opt.reps,
                  "timed runs per kernel, median reported (default 5; 1 for runs over 200 ms)")
       ->type_name("R")
-      ->check(CLI::Range(1, 1 << 20));
+      ->check(course::integer_in(1, 1 << 20));
   std::string versions = "Versions:";
   for (const auto& v : sgemm_versions()) {
     char line[256];

@@ -25,6 +25,7 @@
 #include "common/device.hpp"
 #include "common/lesson_main.hpp"
 #include "common/memory.hpp"
+#include "common/process.hpp"
 #include "common/stream.hpp"
 #include "postprocess.cuh"
 #include "synthetic.hpp"
@@ -34,7 +35,7 @@ using namespace lesson08;
 namespace {
 
 struct Options {
-  std::string out = "lesson08_detections.png";
+  std::string out;  // empty: lesson08_detections.png beside the executable (in the build folder)
   int objects = 12;
   std::uint32_t seed = 8;
   float conf = 0.25f;
@@ -291,32 +292,29 @@ int main(int argc, char** argv) {
       "back to the source image) on synthetic YOLOv5 / YOLOv8 outputs with known objects;\n"
       "checks against the CPU reference and the ground truth, times it, draws the result."};
   app.add_option("--out", o.out,
-                 "the PNG to write (default: lesson08_detections.png in the current\n"
-                 "directory)")
+                 "the PNG to write (default: lesson08_detections.png in the folder of this\n"
+                 "executable)")
       ->type_name("PATH");
   app.add_option("--objects", o.objects, "objects in the scene (default 12)")
       ->type_name("N")
-      ->check(CLI::Range(0, 40));
+      ->check(course::integer_in(0, 40));
   app.add_option("--seed", o.seed, "seed of the synthetic scene (default 8)")->type_name("S");
-  // CLI::Range lets NaN through (every comparison with it is false); a threshold must be a number.
-  const CLI::Validator not_nan(
-      [](std::string& text) {
-        return std::isnan(std::strtod(text.c_str(), nullptr)) ? "not a number: " + text
-                                                              : std::string();
-      },
-      "");
   app.add_option("--conf", o.conf, "confidence threshold (default 0.25)")
       ->type_name("T")
-      ->check(CLI::Range(0.0, 1.0))
-      ->check(not_nan);
+      ->check(course::real_in(0.0, 1.0));
   app.add_option("--iou", o.iou, "NMS IoU threshold (default 0.45)")
       ->type_name("T")
-      ->check(CLI::Range(0.0, 1.0))
-      ->check(not_nan);
+      ->check(course::real_in(0.0, 1.0));
   app.add_flag("--agnostic", o.agnostic, "class-agnostic NMS (default: class-aware)");
   app.add_option("--repeats", o.repeats,
                  "timed runs per measurement, the median is shown (default 200)")
       ->type_name("R")
-      ->check(CLI::Range(1, 100000));
-  return course::lesson_main(app, argc, argv, [&] { return run(o); });
+      ->check(course::integer_in(1, 100000));
+  return course::lesson_main(app, argc, argv, [&] {
+    if (o.out.empty()) {  // not the current directory: make run runs from the repository root
+      const std::string exe = course::self_executable();
+      o.out = exe.substr(0, exe.find_last_of('/')) + "/lesson08_detections.png";
+    }
+    return run(o);
+  });
 }
