@@ -14,7 +14,7 @@
 #   lessonNN_tests           the tests against the lesson's code
 #   lessonNN_exercise_tests  the same tests against exercise.cu (make check LESSON=NN); the
 #                            lesson's code is compiled again with LESSON_EXERCISE_BUILD defined,
-#                            which compiles out its block of exercise solutions
+#                            which leaves out its solutions.cuh (the exercise solutions)
 #   lessonNN_bench           the benchmark (make bench), when BENCH is given
 # ctest tests (labels in brackets):
 #   NN/cpu                   CPU tests                                  [cpu]

@@ -1,7 +1,7 @@
 // Lesson 02 exercises. Replace each TODO, then run `make check LESSON=02`: the tests tagged [exN]
 // pass when exercise N is done. memory_types.cuh documents what each function must do (shapes,
-// units, errors); memory_types.cu has everything else you may call. The reference solutions sit
-// at the end of memory_types.cu: try first, compare after.
+// units, errors); memory_types.cu has everything else you may call. The reference solutions are
+// in solutions.cuh: try first, compare after.
 #include "memory_types.cuh"
 
 #include <cstring>

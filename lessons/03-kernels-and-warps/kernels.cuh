@@ -11,7 +11,7 @@
 //   5. occupancy          kernel_resources, max_active_blocks_per_sm, suggest_block_size, sm_limits
 //   6. deployment         bgr8_to_rgb_planar (OpenCV's HxWx3 BGR bytes -> the CHW float RGB
 //                         tensor a TensorRT engine takes)
-// Exercises (solutions at the end of kernels.cu, stubs in exercise.cu):
+// Exercises (solutions in solutions.cuh, stubs in exercise.cu):
 //   1. rgb_planar_to_bgr8    the 2D index mapping of an image kernel, the other way round
 //   2. warp_max_allreduce    a warp reduction with __shfl_xor_sync
 //   3. occupancy_by_hand     predict what cudaOccupancyMaxActiveBlocksPerMultiprocessor answers
@@ -355,7 +355,7 @@ __host__ __device__ inline std::uint8_t to_u8_saturate(float v) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Exercises (solutions at the end of kernels.cu; exercise.cu holds the stubs you fill in)
+// Exercises (solutions in solutions.cuh; exercise.cu holds the stubs you fill in)
 // ---------------------------------------------------------------------------------------------
 
 // Exercise 1: the way back, e.g. a segmentation or super-resolution output to a displayable image.

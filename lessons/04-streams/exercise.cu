@@ -3,7 +3,7 @@
 //   make check LESSON=04          (all tests, against this file)
 //
 // The declarations, with the contract each function must meet, are in streams.cuh. The lesson's
-// own versions are at the end of streams.cu: try first, compare after.
+// own versions are in solutions.cuh: try first, compare after.
 #include "streams.cuh"
 
 #include <stdexcept>

@@ -3,8 +3,8 @@
 //   make check LESSON=05                                        all the lesson's tests
 //   build/lessons/05-reduction/lesson05_exercise_tests "[ex1]"  only exercise 1's
 //
-// These functions replace the solutions at the end of reduction.cu in the exercise build
-// (lesson05_exercise_tests): there, reduce_sum and softmax_rows call YOUR code. (The lesson
+// These functions replace the solutions (solutions.cuh, included by reduction.cu) in the exercise
+// build (lesson05_exercise_tests): there, reduce_sum and softmax_rows call YOUR code. (The lesson
 // binary, lesson05, always runs the solutions.) Until you solve an exercise, its stub fails
 // loudly (an exception) or gives a wrong answer (a kernel that writes zeros), and its tests
 // fail. Exercise 3 also feeds v6, v7, argmax and moments: their tests fail until it is done.

@@ -5,7 +5,7 @@
 // Everything declared in affine_warp.cuh is yours to use: make_letterbox, source_position,
 // bilinear_sample_bgr, warp_pixel_bgr, channel_transform, normalize_value, validate_source,
 // validate_target, validate_normalize, course::CudaError via CUDA_CHECK / CUDA_CHECK_LAUNCH.
-// The solutions sit at the end of affine_warp.cu; try first.
+// The solutions are in solutions.cuh; try first.
 #include <stdexcept>
 
 #include "affine_warp.cuh"

@@ -4,7 +4,7 @@
 //   build/lessons/08-postprocess/lesson08_exercise_tests "[ex2]").
 //
 // What each function must do is documented where it is declared, in postprocess.cuh; README.md
-// has hints. The solutions sit at the end of postprocess.cu: try first.
+// has hints. The solutions are in solutions.cuh: try first.
 //
 // Exercises 1-3 are __host__ __device__ functions: the CPU tests call them directly, and the
 // kernels in postprocess.cu call them on the GPU (in this build, postprocess.cu is compiled with
