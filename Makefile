@@ -1,6 +1,7 @@
 # The course's commands. Everything is CMake + ctest underneath; this file only wraps them.
 #
-#   make deps                  install the system packages (Debian/Ubuntu; sudo when not root)
+#   make deps                  install the system packages (Debian/Ubuntu; sudo when not root);
+#                              run, test, check, bench and sanitize install what is missing themselves
 #   make run [LESSON=NN]       build, then run every lesson binary in order (or lesson NN)
 #   make test                  build, then run the whole test suite (ctest)
 #   make check LESSON=NN       build and run lesson NN's tests against YOUR exercise.cu
@@ -10,7 +11,8 @@
 #   make clean                 remove the build folder
 #
 # Variables: BUILD (build folder, default build), CMAKE_ARGS (e.g. -DCMAKE_CUDA_ARCHITECTURES=86),
-# JOBS (parallel build jobs; default: all cores).
+# JOBS (parallel build jobs; default: all cores), NO_DEPS=1 (never install packages: your
+# libraries come from elsewhere).
 
 BUILD      ?= build
 CMAKE_ARGS ?=
@@ -21,26 +23,32 @@ override LESSON := $(if $(LESSON),$(shell echo '$(LESSON)' | sed -E 's/^0*([0-9]
 # Google Benchmark flags for make bench: each benchmark runs at least 0.05 s of GPU time per
 # repetition (the harness asks for 5 repetitions and reports their median).
 BENCH_ARGS ?= --benchmark_min_time=0.05
-GENERATOR  := $(if $(shell command -v ninja 2>/dev/null),-G Ninja,)
 CTEST      := ctest --test-dir $(BUILD) --output-on-failure
 
-# Debian 12 / Ubuntu 22.04+ package names. The CUDA toolkit and the NVIDIA driver are assumed
-# to be installed already (https://developer.nvidia.com/cuda-downloads).
-PACKAGES := build-essential cmake ninja-build catch2 libcli11-dev libopencv-dev libbenchmark-dev libstb-dev python3
-SUDO     := $(if $(filter 0,$(shell id -u)),,sudo)
+# The package list (Debian 12 / Ubuntu 22.04+ names) lives in tools/ensure_deps.sh. The CUDA
+# toolkit and the NVIDIA driver are assumed to be installed already
+# (https://developer.nvidia.com/cuda-downloads).
+NO_DEPS ?= 0
 
-.PHONY: all deps configure build run test check bench sanitize format clean lesson-given lesson-selected
+.PHONY: all deps ensure-deps configure build run test check bench sanitize format clean lesson-given lesson-selected
 
 all: build
 
 deps:
-	$(SUDO) apt-get update
-	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $(PACKAGES)
+	@tools/ensure_deps.sh --all
+
+# Only what is missing (dpkg is asked; nothing happens when everything is there).
+ensure-deps:
+	@COURSE_NO_DEPS=$(NO_DEPS) tools/ensure_deps.sh
 
 # Configure every time (seconds once cached): a failed first configure then retries, and
 # CMAKE_ARGS given later still take effect.
-configure:
-	cmake -S . -B $(BUILD) $(GENERATOR) -DCMAKE_BUILD_TYPE=Release $(CMAKE_ARGS)
+# Ninja when it is there at the first configure (decided here, after ensure-deps may have
+# installed it); a configured folder keeps the generator it was made with.
+configure: ensure-deps
+	@gen=; if [ ! -f $(BUILD)/CMakeCache.txt ] && command -v ninja >/dev/null 2>&1; then gen="-G Ninja"; fi; \
+	  echo cmake -S . -B $(BUILD) $$gen -DCMAKE_BUILD_TYPE=Release $(CMAKE_ARGS); \
+	  cmake -S . -B $(BUILD) $$gen -DCMAKE_BUILD_TYPE=Release $(CMAKE_ARGS)
 
 build: configure
 	cmake --build $(BUILD) -j $(JOBS)
