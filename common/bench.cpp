@@ -16,21 +16,30 @@ void defaults(benchmark::internal::Benchmark* b) {
 }
 
 namespace {
-double measure_d2d_copy_gbps() {
-  // 1 GiB copied: large enough to defeat the L2 (tens of MiB) and amortise launch costs.
+// GB/s of `copy` (1 GiB, bytes read + written), median of 10 GPU-time samples after a warm-up.
+template <class F>
+double copy_gbps(std::size_t bytes, const Stream& stream, F&& copy) {
+  const Timing t = measure(stream, 10, copy, L2::warm, /*with_latency=*/false);
+  return 2.0 * static_cast<double>(bytes) / (t.gpu_ms / 1e3) / 1e9;
+}
+
+// 1 GiB: large enough to defeat the L2 (tens of MiB) and make the copy's own time dominate.
+Ceilings measure_ceilings() {
   constexpr std::size_t bytes = std::size_t{1} << 30;
   DeviceBuffer<unsigned char> src(bytes), dst(bytes);
   CUDA_CHECK(cudaMemset(src.data(), 1, bytes));
   Stream stream;
-  std::vector<float> ms;
-  for (int i = 0; i < 11; ++i) {
-    ms.push_back(time_on_stream_ms(stream, [&] {
-      CUDA_CHECK(cudaMemcpyAsync(dst.data(), src.data(), bytes, cudaMemcpyDeviceToDevice, stream));
-    }));
-  }
-  std::sort(ms.begin() + 1, ms.end());  // the first is a warm-up
-  const double median_s = ms[1 + ms.size() / 2 - 1] / 1e3;
-  return 2.0 * bytes / median_s / 1e9;  // every byte is read once and written once
+  Ceilings c;
+  const DeviceInfo info = query_device(0);
+  c.device = info.name;
+  c.dram_theoretical_gbps = info.peak_dram_gbps();
+  c.memcpy_gbps = copy_gbps(bytes, stream, [&] {
+    CUDA_CHECK(cudaMemcpyAsync(dst.data(), src.data(), bytes, cudaMemcpyDeviceToDevice, stream));
+  });
+  c.copy_kernel_gbps =
+      copy_gbps(bytes, stream, [&] { copy_kernel(dst.data(), src.data(), bytes, stream); });
+  c.d2d_copy_gbps = std::max(c.memcpy_gbps, c.copy_kernel_gbps);
+  return c;
 }
 
 std::map<std::string, double>& baselines() {
@@ -40,11 +49,14 @@ std::map<std::string, double>& baselines() {
 }  // namespace
 
 const Ceilings& ceilings() {
-  static const Ceilings c = [] {
-    const DeviceInfo info = query_device(0);
-    return Ceilings{info.name, info.peak_dram_gbps(), measure_d2d_copy_gbps()};
-  }();
+  static const Ceilings c = measure_ceilings();
   return c;
+}
+
+void note_run_state(benchmark::State& state, const Options& o) {
+  const GpuClocks clocks = read_gpu_clocks(0);
+  if (clocks.available) state.counters["sm_MHz"] = clocks.sm_mhz;
+  state.SetLabel(o.l2 == L2::flushed ? "L2 flushed" : "L2 warm");
 }
 
 void report_throughput(benchmark::State& state, double bytes, double seconds_per_iteration) {
@@ -76,14 +88,32 @@ int run_main(int argc, char** argv) {
     if (!require_device(argv[0])) return 1;
     const DeviceInfo info = query_device(0);
     const Ceilings& c = ceilings();
+    const GpuClocks clocks = read_gpu_clocks(0);
     std::printf(
-        "%s\ndevice-to-device cudaMemcpy: %.0f GB/s (%.0f%% of the theoretical %.0f GB/s)\n",
-        summary(info).c_str(), c.d2d_copy_gbps, 100.0 * c.d2d_copy_gbps / c.dram_theoretical_gbps,
+        "%s\n%s\ndevice copy ceiling: cudaMemcpy %.0f GB/s, copy kernel %.0f GB/s (GPU time, "
+        "1 GiB, bytes read + written); %%copy uses %.0f GB/s, %.0f%% of the theoretical %.0f GB/s\n",
+        summary(info).c_str(), describe(clocks).c_str(), c.memcpy_gbps, c.copy_kernel_gbps,
+        c.d2d_copy_gbps, 100.0 * c.d2d_copy_gbps / c.dram_theoretical_gbps,
         c.dram_theoretical_gbps);
     benchmark::AddCustomContext("device", info.name);
     benchmark::AddCustomContext("compute_capability", info.compute_capability());
     benchmark::AddCustomContext("dram_theoretical_gbps", std::to_string(c.dram_theoretical_gbps));
     benchmark::AddCustomContext("d2d_copy_gbps", std::to_string(c.d2d_copy_gbps));
+    benchmark::AddCustomContext("memcpy_gbps", std::to_string(c.memcpy_gbps));
+    benchmark::AddCustomContext("copy_kernel_gbps", std::to_string(c.copy_kernel_gbps));
+    benchmark::AddCustomContext("timing",
+                                "GPU time: CUDA events behind a blocking kernel (launch latency "
+                                "excluded); latency_us: host call to completion");
+    if (clocks.available) {
+      benchmark::AddCustomContext("sm_mhz_at_start", std::to_string(clocks.sm_mhz));
+      benchmark::AddCustomContext("sm_max_mhz", std::to_string(clocks.sm_max_mhz));
+      benchmark::AddCustomContext("mem_mhz", std::to_string(clocks.mem_mhz));
+      benchmark::AddCustomContext("persistence_mode", clocks.persistence == 1   ? "on"
+                                                      : clocks.persistence == 0 ? "off"
+                                                                                : "unknown");
+    } else {
+      benchmark::AddCustomContext("clocks", clocks.why);
+    }
     int driver = 0, runtime = 0;
     CUDA_CHECK(cudaDriverGetVersion(&driver));
     CUDA_CHECK(cudaRuntimeGetVersion(&runtime));

@@ -1,6 +1,8 @@
 // The benchmark harness every performance lesson uses: Google Benchmark for repetitions,
-// statistics (median) and JSON output; CUDA events for the time, because a kernel launch
-// returns before the kernel runs and host clocks would time the launch, not the work.
+// statistics (median) and JSON output; CUDA events behind a blocking kernel for the GPU time
+// (common/timing.hpp: a launch returns before the kernel runs, and one launch between two
+// events on an idle stream also times the launch latency, about 3.5 us on the H200 host); the
+// host clock for end-to-end latency, where a caller would feel it (Options::latency).
 //
 //   static void BM_reduce_v3(benchmark::State& state) {
 //     ...allocate once...
@@ -24,39 +26,70 @@
 
 #include "common/cuda_check.hpp"
 #include "common/stream.hpp"
+#include "common/timing.hpp"
 
 namespace course::bench {
+
+struct Options;
+// Records the SM clock (NVML, read now) and the L2 state of the benchmark just measured.
+void note_run_state(benchmark::State& state, const Options& o);
 
 // Manual (GPU) time, microseconds, 5 repetitions reported as mean/median/stddev aggregates.
 void defaults(benchmark::internal::Benchmark* b);
 
-// One warm-up call, then each iteration times `enqueue()` on `stream` with CUDA events and hands
-// the seconds to Google Benchmark (UseManualTime). `setup()` runs before every iteration, outside
-// the timed region (e.g. to put managed pages back on the host). Returns the mean seconds per
-// iteration.
+// How time_on_gpu measures (common/timing.hpp explains the two clocks and the L2 states).
+struct Options {
+  L2 l2 = L2::warm;      // flushed: the L2 is emptied before every sample, outside the interval
+  bool latency = false;  // also measure end-to-end latency (host call to completion) per
+                         // iteration and report it as the counter "latency_us" (the mean over
+                         // the repetition's iterations); the iteration time stays GPU time
+};
+
+// One warm-up call, then each iteration measures the GPU time of `enqueue()` on `stream` with
+// the blocking-kernel hold (gpu_time_ms: launch latency excluded) and hands the seconds to
+// Google Benchmark (UseManualTime). `setup()` runs before every sample, outside the timed
+// region (e.g. to put managed pages back on the host). `enqueue` must not block the host thread
+// (a pageable copy, a synchronisation): time such work with time_on_host. Also records the SM
+// clock NVML read after the last iteration (counter "sm_MHz") and the L2 state (label
+// "L2 warm"/"L2 flushed"). Returns the mean GPU seconds per iteration.
 template <class Setup, class F>
-double time_on_gpu(benchmark::State& state, cudaStream_t stream, Setup&& setup, F&& enqueue) {
+double time_on_gpu(benchmark::State& state, cudaStream_t stream, const Options& o, Setup&& setup,
+                   F&& enqueue) {
   setup();
   enqueue();  // warm-up: first-launch costs (module loading, caches) stay out of the numbers
   CUDA_CHECK(cudaStreamSynchronize(stream));
-  Event start, stop;
-  double total_s = 0.0;
+  double total_s = 0.0, latency_s = 0.0;
   for (auto _ : state) {
     setup();
-    start.record(stream);
-    enqueue();
-    stop.record(stream);
-    const double s = elapsed_ms(start, stop) / 1e3;
+    const double s = gpu_time_ms(stream, enqueue, o.l2) / 1e3;
     total_s += s;
     state.SetIterationTime(s);
+    if (o.latency) {
+      setup();
+      latency_s += latency_ms(stream, enqueue, o.l2) / 1e3;
+    }
   }
-  return state.iterations() > 0 ? total_s / static_cast<double>(state.iterations()) : 0.0;
+  const double n = state.iterations() > 0 ? static_cast<double>(state.iterations()) : 1.0;
+  if (o.latency) state.counters["latency_us"] = 1e6 * latency_s / n;
+  note_run_state(state, o);
+  return state.iterations() > 0 ? total_s / n : 0.0;
+}
+
+template <class F>
+double time_on_gpu(benchmark::State& state, cudaStream_t stream, const Options& o, F&& enqueue) {
+  return time_on_gpu(
+      state, stream, o, [] {}, std::forward<F>(enqueue));
+}
+
+template <class Setup, class F>
+double time_on_gpu(benchmark::State& state, cudaStream_t stream, Setup&& setup, F&& enqueue) {
+  return time_on_gpu(state, stream, Options{}, std::forward<Setup>(setup), std::forward<F>(enqueue));
 }
 
 template <class F>
 double time_on_gpu(benchmark::State& state, cudaStream_t stream, F&& enqueue) {
   return time_on_gpu(
-      state, stream, [] {}, std::forward<F>(enqueue));
+      state, stream, Options{}, [] {}, std::forward<F>(enqueue));
 }
 
 // Host wall-clock seconds of `run()`, which must finish its own GPU work: for costs paid on the
@@ -79,7 +112,9 @@ double time_on_host(benchmark::State& state, F&& run) {
 struct Ceilings {
   std::string device;            // device name
   double dram_theoretical_gbps;  // from memory clock x bus width (DeviceInfo::peak_dram_gbps)
-  double d2d_copy_gbps;          // cudaMemcpy device-to-device, bytes read + written per second
+  double memcpy_gbps;            // cudaMemcpy device-to-device of 1 GiB, bytes read + written
+  double copy_kernel_gbps;       // a 16-byte-per-thread grid-stride copy kernel, same bytes
+  double d2d_copy_gbps;          // the better of the two: the "%copy" ceiling
 };
 const Ceilings& ceilings();
 

@@ -83,7 +83,11 @@ inline float elapsed_ms(const Event& start, const Event& stop) {
 }
 
 // Time what `enqueue()` puts on `stream`, in milliseconds, with a pair of events around it.
-// Blocks until that work finishes. Throws CudaError if it (or anything on `stream`) fails;
+// On an idle stream this interval also holds the launch latency (the GPU reaches `start` before
+// the launch behind it arrives: about 3.5 us on the H200 host), so it is the right clock only for
+// work that lasts milliseconds or for showing that effect. For a kernel's GPU time use
+// gpu_time_ms (common/timing.hpp); for what a caller waits, latency_ms. Blocks until the work
+// finishes. Throws CudaError if it (or anything on `stream`) fails;
 // exceptions from `enqueue` pass through.
 template <class F>
 float time_on_stream_ms(cudaStream_t stream, F&& enqueue) {

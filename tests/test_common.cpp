@@ -1,11 +1,14 @@
 // Tests of common/: error messages, RAII owners, the child-process runner, device queries.
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <numeric>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <type_traits>
 #include <vector>
 
@@ -18,6 +21,8 @@
 #include "common/process.hpp"
 #include "common/stream.hpp"
 #include "common/testing.hpp"
+#include "common/timing.hpp"
+#include "tests/timing_kernels.hpp"
 
 using course::testing::Contains;
 
@@ -333,6 +338,106 @@ TEST_CASE("Events time the work between them", "[gpu][events]") {
   e.record(stream);
   e.synchronize();
   CHECK(cudaEventQuery(e) == cudaSuccess);
+}
+
+TEST_CASE("median takes the middle value, or the mean of the two middle ones", "[timing]") {
+  CHECK(course::median({3.0}) == 3.0);
+  CHECK(course::median({5.0, 1.0, 3.0}) == 3.0);
+  CHECK(course::median({4.0, 1.0, 3.0, 2.0}) == 2.5);
+  CHECK_THROWS_AS(course::median({}), std::invalid_argument);
+}
+
+TEST_CASE("describe(GpuClocks) says why clocks are unknown", "[timing]") {
+  course::GpuClocks c;
+  c.why = "libnvidia-ml.so.1 could not be loaded";
+  CHECK(course::describe(c).find("libnvidia-ml.so.1 could not be loaded") != std::string::npos);
+  c.available = true;
+  c.sm_mhz = 1980;
+  c.persistence = 1;
+  CHECK(course::describe(c).find("SM 1980/") != std::string::npos);
+  CHECK(course::describe(c).find("persistence on") != std::string::npos);
+}
+
+// The point of gpu_time_ms: what the host does between recording `start` and the launch (here a
+// 20 ms sleep, standing in for the launch latency) is not in the GPU time, while an event pair
+// on an idle stream counts it. Bounds, not speeds: the held interval holds a 0.2 ms kernel and
+// at most a few launches' worth of GPU-side gaps; the unheld one holds the whole sleep.
+TEST_CASE("gpu_time_ms excludes what happens on the host before the work is queued",
+          "[gpu][timing]") {
+  course::Stream stream;
+  constexpr unsigned long long spin_ns = 200'000;
+  const auto enqueue = [&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    test_spin(stream, spin_ns);
+  };
+  enqueue();
+  stream.synchronize();
+  const float held = course::gpu_time_ms(stream, enqueue);
+  const float unheld = course::time_on_stream_ms(stream, enqueue);
+  CHECK(held >= 0.2f - 0.001f);  // the interval contains the kernel (event resolution ~0.5 us)
+  CHECK(held < 10.0f);           // ...and not the 20 ms the host slept before launching it
+  CHECK(unheld >= 20.0f);        // an event pair on an idle stream counts the sleep
+  const double latency = course::latency_ms(stream, enqueue);
+  CHECK(latency >= 20.2);  // end to end: the sleep and the kernel
+}
+
+TEST_CASE("gpu_time_ms refuses work that blocks the host, instead of hanging", "[gpu][timing]") {
+  course::Stream stream;
+  // A synchronisation inside enqueue waits for the held stream: the hold times out (2 s).
+  CHECK_THROWS_WITH(course::gpu_time_ms(stream, [&] { stream.synchronize(); }),
+                    course::testing::Contains("blocked the host thread"));
+  // The stream and the hold work afterwards.
+  const float ms = course::gpu_time_ms(stream, [&] { test_spin(stream, 100'000); });
+  CHECK(ms >= 0.1f - 0.001f);
+}
+
+TEST_CASE("measure gives both clocks, and the L2 flush leaves the work correct", "[gpu][timing]") {
+  course::Stream stream;
+  course::DeviceBuffer<int> a(1 << 20), b(1 << 20);
+  std::vector<int> host(a.size());
+  std::iota(host.begin(), host.end(), 7);
+  CUDA_CHECK(cudaMemcpy(a.data(), host.data(), a.bytes(), cudaMemcpyHostToDevice));
+  for (const course::L2 l2 : {course::L2::warm, course::L2::flushed}) {
+    CUDA_CHECK(cudaMemset(b.data(), 0, b.bytes()));
+    const course::Timing t = course::measure(
+        stream, 3, [&] { course::copy_kernel(b.data(), a.data(), a.bytes(), stream); }, l2);
+    CHECK(t.gpu_ms > 0.0);
+    CHECK(t.latency_ms > 0.0);
+    CHECK(course::to_host(b) == host);
+  }
+  CHECK_THROWS_AS(course::measure(stream, 0, [] {}), std::invalid_argument);
+}
+
+TEST_CASE("copy_kernel copies every byte, tails included, and checks alignment", "[gpu][timing]") {
+  for (const std::size_t bytes : {std::size_t{0}, std::size_t{1}, std::size_t{15}, std::size_t{16},
+                                  std::size_t{4097}, std::size_t{1} << 20}) {
+    course::DeviceBuffer<unsigned char> src(bytes + 16), dst(bytes + 16);
+    std::vector<unsigned char> host(bytes + 16);
+    for (std::size_t i = 0; i < host.size(); ++i) host[i] = static_cast<unsigned char>(i * 31 + 7);
+    CUDA_CHECK(cudaMemcpy(src.data(), host.data(), host.size(), cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemset(dst.data(), 0xAB, host.size()));
+    course::copy_kernel(dst.data(), src.data(), bytes, nullptr);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    const auto back = course::to_host(dst);
+    CHECK(std::equal(back.begin(), back.begin() + bytes, host.begin()));
+    CHECK(std::all_of(back.begin() + bytes, back.end(), [](unsigned char c) { return c == 0xAB; }));
+  }
+  course::DeviceBuffer<unsigned char> buf(64);
+  CHECK_THROWS_AS(course::copy_kernel(buf.data() + 1, buf.data() + 32, 16, nullptr),
+                  std::invalid_argument);
+}
+
+TEST_CASE("read_gpu_clocks reads the clocks or says why it cannot", "[gpu][timing]") {
+  const course::GpuClocks c = course::read_gpu_clocks(0);
+  if (c.available) {
+    CHECK(c.sm_mhz > 0);
+    CHECK(c.mem_mhz > 0);
+    CHECK(c.sm_max_mhz >= c.sm_mhz);
+    CHECK((c.persistence == 0 || c.persistence == 1));
+  } else {
+    CHECK_FALSE(c.why.empty());
+    WARN("NVML unavailable: " << c.why);
+  }
 }
 
 TEST_CASE("query_device agrees with cudaGetDeviceProperties", "[gpu][device]") {

@@ -1,0 +1,19 @@
+// Kernels for the tests of common/timing.hpp (kept out of test_common.cpp, which the C++
+// compiler builds).
+#include "common/cuda_check.hpp"
+#include "tests/timing_kernels.hpp"
+
+namespace {
+__global__ void spin_kernel(unsigned long long ns, unsigned long long* started_at) {
+  unsigned long long t0;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  if (started_at != nullptr) *started_at = t0;
+  unsigned long long t = t0;
+  while (t - t0 < ns) asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+}
+}  // namespace
+
+void test_spin(cudaStream_t stream, unsigned long long ns, unsigned long long* started_at) {
+  spin_kernel<<<1, 1, 0, stream>>>(ns, started_at);
+  CUDA_CHECK(cudaGetLastError());
+}
