@@ -22,6 +22,7 @@
 #include <chrono>
 #include <cstddef>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 #include "common/cuda_check.hpp"
@@ -50,8 +51,8 @@ struct Options {
 // Google Benchmark (UseManualTime). `setup()` runs before every sample, outside the timed
 // region (e.g. to put managed pages back on the host). `enqueue` must not block the host thread
 // (a pageable copy, a synchronisation): time such work with time_on_host. Also records the SM
-// clock NVML read after the last iteration (counter "sm_MHz") and the L2 state (label
-// "L2 warm"/"L2 flushed"). Returns the mean GPU seconds per iteration.
+// clock NVML read after the last iteration (counter "sm_MHz") and the L2 state (counter
+// "l2_flushed": 1 or 0). Returns the mean GPU seconds per iteration.
 template <class Setup, class F>
 double time_on_gpu(benchmark::State& state, cudaStream_t stream, const Options& o, Setup&& setup,
                    F&& enqueue) {
@@ -81,7 +82,8 @@ double time_on_gpu(benchmark::State& state, cudaStream_t stream, const Options& 
       state, stream, o, [] {}, std::forward<F>(enqueue));
 }
 
-template <class Setup, class F>
+template <class Setup, class F,
+          class = std::enable_if_t<!std::is_same_v<std::decay_t<Setup>, Options>>>
 double time_on_gpu(benchmark::State& state, cudaStream_t stream, Setup&& setup, F&& enqueue) {
   return time_on_gpu(state, stream, Options{}, std::forward<Setup>(setup), std::forward<F>(enqueue));
 }

@@ -24,13 +24,13 @@ LESSONS = {
     "02": ("02-memory-types",
            [("Host-device copies at 4 KiB, 1 MiB and 256 MiB; allocation; preprocessing inputs; "
              "the transposes against cudaMemcpy", r"transfer/.*/(4096|1048576|268435456)$|transpose|alloc|preprocess",
-             "GB/s,%memcpy,%copy,bank_ways")],
+             "GB/s,latency_us,%memcpy,%copy,bank_ways")],
            [("transfers_h200.png", r"^transfer/", "GB/s", False, "Host<->device copies (GB/s)")]),
     "03": ("03-kernels-and-warps", [("Every benchmark", "", "GB/s,%copy,%thrust,occupancy%,Gsteps/s")], []),
-    "04": ("04-streams", [("Every benchmark", "", "GB/s,speedup,%ideal,us/frame,%streams")], []),
+    "04": ("04-streams", [("Every benchmark", "", "GB/s,speedup,%ideal,us/frame,gpu_us,%streams")], []),
     "05": ("05-reduction",
            [("Every version at 2^28 floats (1 GiB)", r"BM_sum_version|BM_cub_sum/268435456|thrust", "GB/s,%cub*,%copy"),
-            ("The best version (v7) and CUB by size", r"BM_cub_sum|BM_sum_best", "GB/s,%cub*")],
+            ("The best version (v7) and CUB by size", r"BM_cub_sum|BM_sum_best", "GB/s,latency_us,%cub*")],
            [("versions_h200.png", r"BM_sum_version|BM_cub_sum/268435456|thrust", "GB/s", True,
              "Sum of 2^28 floats (GB/s)"),
             ("sweep_h200.png", r"BM_cub_sum|BM_sum_best", "GB/s", False, "v7 and CUB by size (GB/s)")]),
@@ -38,27 +38,41 @@ LESSONS = {
     "07": ("07-gemm",
            [("Every version at 4096^3, the tensor cores, the fused epilogue", r"^all_versions|tensor|epilogue",
              "TFLOP/s,%cublas,%cublas_tf32,%peak"),
-            ("The best version (v8) and cuBLAS by size", r"^sweep", "TFLOP/s,%cublas,%peak")],
+            ("The best version (v8) and cuBLAS by size", r"^sweep", "TFLOP/s,latency_us,%cublas,%peak")],
            [("versions_h200.png", r"^all_versions|tensor_cores", "TFLOP/s", False, "SGEMM 4096^3 (TFLOP/s)"),
             ("sweep_h200.png", r"^sweep", "TFLOP/s", False, "v8 and cuBLAS SGEMM by size (TFLOP/s)")]),
-    "08": ("08-postprocess", [("Every benchmark", "", "%budget,%cpu*,candidates,detections,kept")], []),
+    "08": ("08-postprocess", [("Every benchmark", "", "latency_us,%budget,%cpu*,candidates,detections,kept")], []),
 }
 
 
-def run_line(context, lesson):
+def run_line(context, lesson, rows=None):
+    clocks = ""
+    mhz = sorted({int(b["sm_MHz"]) for b in (rows or {}).values() if b.get("sm_MHz")})
+    if mhz:
+        clocks = " SM clock read after each benchmark: %s MHz (max %s MHz); persistence mode %s." % (
+            "%d" % mhz[0] if len(mhz) == 1 else "%d-%d" % (mhz[0], mhz[-1]),
+            context.get("sm_max_mhz", "?"), context.get("persistence_mode", "?"))
+    flushed = [k for k, b in (rows or {}).items() if b.get("l2_flushed")]
+    l2 = (" Rows with the L2 flushed before each sample: %s; the others run back to back (L2 warm "
+          "unless the benchmark rotates buffers, as its caption says)." % ", ".join("`%s`" % k for k in flushed)
+          if flushed else " Samples run back to back (L2 warm unless the caption says buffers rotate).")
     return ("`make bench LESSON=%s` (Google Benchmark, `--benchmark_min_time=0.05`, median of 5 "
-            "repetitions of CUDA-event time) on an %s (compute capability %s), CUDA driver API %s, "
-            "runtime %s, %s. Device-to-device cudaMemcpy in the same run: %.0f GB/s (theoretical "
-            "DRAM bandwidth %.0f GB/s)." % (
+            "repetitions) on an %s (compute capability %s), CUDA driver API %s, runtime %s, %s. "
+            "`time` is GPU time: CUDA events queued behind a blocking kernel, so launch latency is "
+            "not in it; rows labelled *end to end* are host call to completion, and `latency_us` is "
+            "that end-to-end time beside a GPU time. Device copy ceiling in the same run: %.0f GB/s "
+            "(the better of cudaMemcpy %.0f GB/s and a copy kernel %.0f GB/s; theoretical DRAM "
+            "bandwidth %.0f GB/s).%s%s" % (
                 lesson, context.get("device", "?"), context.get("compute_capability", "?"),
                 context.get("cuda_driver_api", "?"), context.get("cuda_runtime", "?"),
                 context.get("date", "?")[:10], float(context.get("d2d_copy_gbps", "nan")),
-                float(context.get("dram_theoretical_gbps", "nan"))))
+                float(context.get("memcpy_gbps", "nan")), float(context.get("copy_kernel_gbps", "nan")),
+                float(context.get("dram_theoretical_gbps", "nan")), clocks, l2))
 
 
 def lesson_block(lesson, context, rows, chart_prefix):
     folder, tables, charts = LESSONS[lesson]
-    out = [run_line(context, lesson), ""]
+    out = [run_line(context, lesson, rows), ""]
     for caption, flt, cols in tables:
         sel = plot_bench.select(rows, flt)
         out += ["%s:" % caption, "", plot_bench.table(sel, [c for c in cols.split(",") if c]), ""]
@@ -79,8 +93,11 @@ def main():
            "```bash", "make bench                        # on your GPU; writes build/bench/lessonNN.json",
            "tools/bench_report.py build/bench  # rewrites this page, the charts and the README tables",
            "```", "",
-           "Counters: `GB/s` = 1e9 bytes per second; `%copy` = that rate over the device-to-device "
-           "`cudaMemcpy` rate of the same run (which counts bytes read and written); `%cub`, `%cublas`, "
+           "Times are GPU time (CUDA events behind a blocking kernel: launch latency excluded, see "
+           "`common/timing.hpp`) unless a row says *end to end* (host call to completion); "
+           "`latency_us` is the end-to-end time beside a GPU time. "
+           "Counters: `GB/s` = 1e9 bytes per second; `%copy` = that rate over the better device "
+           "copy of the same run (cudaMemcpy or a copy kernel; both count bytes read and written); `%cub`, `%cublas`, "
            "`%thrust`, `%memcpy`, `%unfused`, `%streams` = the library or simpler baseline's time over "
            "this one's (x100); `%peak` = over the FP32 peak from SM count x 128 lanes x 2 x boost "
            "clock; `%budget` = the time as a share of the lesson's target; `%cpu` = the CPU "

@@ -23,6 +23,7 @@
 #include "common/device.hpp"
 #include "common/driver_api.hpp"
 #include "common/lesson_main.hpp"
+#include "common/timing.hpp"
 #include "common/memory.hpp"
 #include "common/process.hpp"
 #include "context.cuh"
@@ -125,11 +126,13 @@ int run(int device) {
               "primary context", "current");
   int ncalls = 0;
   const char* const* calls = first_call_names(&ncalls);
+  double held_count_ms = -1.0;  // cudaGetDeviceCount in a child, while this process has the GPU
   for (int i = 0; i < ncalls; ++i) {
     const auto r = course::run_process(
         {course::self_executable(), "--child-first-call", calls[i], std::to_string(device)});
     if (r.exit_code != 0)
       throw std::runtime_error(std::string("child (") + calls[i] + ") failed:\n" + r.output);
+    if (std::strcmp(calls[i], "cudaGetDeviceCount") == 0) held_count_ms = value_of(r.output, "ms");
     std::printf("        %-24s %7.1f ms %18s %18s %10s\n", calls[i], value_of(r.output, "ms"),
                 yes_no(value_of(r.output, "init") != 0),
                 value_of(r.output, "primary") != 0 ? "created" : "-",
@@ -252,14 +255,18 @@ int run(int device) {
       "old\n"
       "           handle as current; the next runtime call creates a new primary context\n");
 
+  // Read after every measurement: NVML opens the GPU too, which would change what step 2 sees.
+  const course::GpuClocks clocks = course::read_gpu_clocks(device);
+  std::printf("\nGPU state (NVML, read at the end): %s\n", course::describe(clocks).c_str());
   std::printf(
-      "\nSummary (host time): cudaGetDeviceCount %.1f ms (driver initialisation), cudaSetDevice "
-      "%.1f ms "
-      "(primary context), first kernel launch %.3f ms vs %.3f ms after\n",
-      count_ms, set_ms, a1, a2);
+      "\nSummary (host time): cudaGetDeviceCount %.1f ms in this process, %.1f ms in a child while "
+      "this\nprocess held the GPU open (driver initialisation); cudaSetDevice %.1f ms (primary "
+      "context);\nfirst kernel launch %.3f ms vs %.3f ms after\n",
+      count_ms, held_count_ms, set_ms, a1, a2);
   course::add_headline(
-      "driver init %.0f ms, primary context %.0f ms, first launch %.2f ms (then %.3f ms)", count_ms,
-      set_ms, a1, a2);
+      "driver init %.0f ms (%.0f ms while another process holds the GPU), primary context %.0f ms, "
+      "first launch %.2f ms (then %.3f ms)",
+      count_ms, held_count_ms, set_ms, a1, a2);
   course::print_headline();
   return 0;
 }

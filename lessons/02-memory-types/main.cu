@@ -23,6 +23,7 @@
 #include "common/device.hpp"
 #include "common/memory.hpp"
 #include "common/stream.hpp"
+#include "common/timing.hpp"
 #include "memory_types.cuh"
 
 using namespace lesson02;
@@ -51,8 +52,8 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-// Median GPU time in ms of what `enqueue` puts on `stream` (CUDA events), after one warm-up.
-// `setup` runs untimed before each repetition.
+// Median GPU time in ms of what `enqueue` puts on `stream` (common/timing.hpp: launch latency
+// excluded), after one warm-up. `setup` runs untimed before each repetition.
 template <class Setup, class F>
 double gpu_ms(cudaStream_t stream, int reps, Setup&& setup, F&& enqueue) {
   setup();
@@ -61,7 +62,7 @@ double gpu_ms(cudaStream_t stream, int reps, Setup&& setup, F&& enqueue) {
   std::vector<double> ms;
   for (int i = 0; i < reps; ++i) {
     setup();
-    ms.push_back(course::time_on_stream_ms(stream, enqueue));
+    ms.push_back(course::gpu_time_ms(stream, enqueue));
   }
   return median(ms);
 }
@@ -132,6 +133,9 @@ void section_device(const course::DeviceInfo& info, const MemoryFacts& f) {
 void section_transfers(const Options& o, cudaStream_t stream) {
   std::printf("\n2. Host <-> device copies: cudaMemcpyAsync, median of %d, GB/s = 1e9 bytes/s\n",
               o.reps);
+  std::printf(
+      "   GPU time of the copy (launch latency excluded), but pageable rows: end to end (host call\n"
+      "   to completion), since the call blocks the host while the driver stages the data.\n");
   std::printf(
       "   From pageable memory the driver copies through its own pinned staging buffer;\n"
       "   pinned, write-combined and registered memory are read by the DMA engine directly.\n");

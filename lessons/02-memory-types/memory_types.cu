@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "common/device.hpp"
+#include "common/timing.hpp"
 
 namespace lesson02 {
 
@@ -164,10 +165,12 @@ double measure_copy_gbps(HostAllocation& host, course::DeviceBuffer<unsigned cha
   const auto copy = [&] { copy_async(host.data(), device.data(), bytes, direction, stream); };
   copy();  // warm-up: the first copy of a range pays for the driver's lookups
   CUDA_CHECK(cudaStreamSynchronize(stream));
-  std::vector<float> ms;
-  for (int i = 0; i < reps; ++i) ms.push_back(course::time_on_stream_ms(stream, copy));
-  std::nth_element(ms.begin(), ms.begin() + ms.size() / 2, ms.end());
-  return static_cast<double>(bytes) / (ms[ms.size() / 2] * 1e-3) / 1e9;
+  std::vector<double> ms;
+  for (int i = 0; i < reps; ++i) {
+    ms.push_back(host.kind() == HostKind::pageable ? course::latency_ms(stream, copy)
+                                                   : course::gpu_time_ms(stream, copy));
+  }
+  return static_cast<double>(bytes) / (course::median(ms) * 1e-3) / 1e9;
 }
 
 StagingBuffer::StagingBuffer(std::size_t chunk_bytes) : chunk_(chunk_bytes) {

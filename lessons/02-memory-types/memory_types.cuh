@@ -148,7 +148,10 @@ void copy_async(void* host, void* device, std::size_t bytes, Direction direction
                 cudaStream_t stream);
 
 // Median bandwidth in GB/s (1e9 bytes/s) of `reps` timed copies of `bytes` (after one untimed
-// warm-up), each timed with CUDA events on `stream`. Throws std::invalid_argument if bytes is 0
+// warm-up) on `stream`. Pinned, write-combined and registered memory: GPU time (the copy's own
+// time, launch latency excluded: common/timing.hpp). Pageable memory: end-to-end time (host call
+// to completion), because the call itself blocks the host while the driver stages the data, and
+// that is the cost a caller pays. Throws std::invalid_argument if bytes is 0
 // or larger than either buffer, or reps < 1.
 double measure_copy_gbps(HostAllocation& host, course::DeviceBuffer<unsigned char>& device,
                          std::size_t bytes, Direction direction, int reps, cudaStream_t stream);

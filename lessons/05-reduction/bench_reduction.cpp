@@ -5,9 +5,11 @@
 //   make bench LESSON=05        (JSON in build/bench/lesson05.json)
 //   build/lessons/05-reduction/lesson05_bench --benchmark_filter=sum/
 //
-// Counters: GB/s (input bytes read once, softmax: read + written), %copy (of the device-to-device
-// cudaMemcpy bandwidth measured at start-up, which counts bytes read + written), %cub (of
-// cub::DeviceReduce::Sum at the same n, measured earlier in this run).
+// Times are GPU time (launch latency excluded: common/timing.hpp) unless labelled "end to end".
+// Counters: GB/s (input bytes read once, softmax: read + written), %copy (of the better device
+// copy measured at start-up, which counts bytes read + written), %cub (of
+// cub::DeviceReduce::Sum's GPU time at the same n, measured earlier in this run), latency_us
+// (host call to completion) for CUB and the best version over sizes.
 // The input is one buffer re-read every iteration: sizes that fit in the L2 (tens of MiB) are
 // served from it, as data just written by a previous kernel often is in an inference pipeline.
 #include <cuda_runtime_api.h>
@@ -54,30 +56,48 @@ void BM_cub_sum(benchmark::State& state) {
   course::DeviceBuffer<float> out(1);
   course::DeviceBuffer<unsigned char> temp;
   const double s = course::bench::time_on_gpu(
-      state, stream, [&] { reduction::cub_sum(input(), n, out.data(), temp, stream); });
+      state, stream, course::bench::Options{course::L2::warm, true},
+      [&] { reduction::cub_sum(input(), n, out.data(), temp, stream); });
   if (s > 0.0) course::bench::set_baseline(cub_at(n), n * sizeof(float) / s / 1e9);
+  // CUB's end-to-end rate too: the baseline of thrust::reduce, which can only be timed that way.
+  const double latency_s = state.counters["latency_us"] / 1e6;
+  if (latency_s > 0.0) {
+    course::bench::set_baseline("cub_end_to_end@" + std::to_string(n),
+                                n * sizeof(float) / latency_s / 1e9);
+  }
   report(state, n, s);
 }
 
-// Includes Thrust's temporary allocation and its copy of the result back to the host.
+// Includes Thrust's temporary allocation and its copy of the result back to the host: the call
+// blocks the host thread, so only its end-to-end time exists; %cub_end_to_end compares it with
+// CUB's end-to-end time at the same n (host call to completion, measured by BM_cub_sum).
 void BM_thrust_reduce(benchmark::State& state) {
   const auto n = static_cast<std::size_t>(state.range(0));
   course::Stream stream;
   float result = 0.0f;
-  const double s = course::bench::time_on_gpu(
-      state, stream, [&] { result = reduction::thrust_sum(input(), n, stream); });
+  const double s = course::bench::time_on_host(
+      state, [&] { result = reduction::thrust_sum(input(), n, stream); });
   benchmark::DoNotOptimize(result);
-  report(state, n, s);
+  state.SetLabel("end to end");
+  state.counters["latency_us"] = 1e6 * s;
+  const double bytes = static_cast<double>(n) * sizeof(float);
+  course::bench::report_throughput(state, bytes, s);
+  if (s > 0.0) {
+    course::bench::report_vs_baseline(state, "cub_end_to_end@" + std::to_string(n), bytes / s / 1e9);
+  }
+  state.counters["n"] = static_cast<double>(n);
 }
 
 // Times launch(input, n, out, workspace, stream) writing one T: the shape of reduce_sum (with
 // the version bound), argmax and moments.
+// latency_us: host call to completion, beside the GPU time, where `latency` is set.
 template <class T, class Launch>
-void time_reduction(benchmark::State& state, std::size_t n, Launch launch) {
+void time_reduction(benchmark::State& state, std::size_t n, Launch launch, bool latency = false) {
   course::Stream stream;
   course::DeviceBuffer<T> out(1);
   reduction::Workspace ws;
   const double s = course::bench::time_on_gpu(state, stream,
+                                              course::bench::Options{course::L2::warm, latency},
                                               [&] { launch(input(), n, out.data(), ws, stream); });
   report(state, n, s);
 }
@@ -99,7 +119,8 @@ void BM_sum_best(benchmark::State& state) {
       state, static_cast<std::size_t>(state.range(0)),
       [](const float* in, std::size_t n, float* out, reduction::Workspace& ws, cudaStream_t s) {
         reduction::reduce_sum(reduction::kBestVersion, in, n, out, ws, s);
-      });
+      },
+      /*latency=*/true);
 }
 
 void BM_argmax(benchmark::State& state) {

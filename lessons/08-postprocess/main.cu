@@ -27,6 +27,7 @@
 #include "common/memory.hpp"
 #include "common/process.hpp"
 #include "common/stream.hpp"
+#include "common/timing.hpp"
 #include "postprocess.cuh"
 #include "synthetic.hpp"
 
@@ -49,15 +50,19 @@ double median(std::vector<double> v) {
   return v.empty() ? 0.0 : v[v.size() / 2];
 }
 
-// GPU time of what enqueue() puts on the stream (CUDA events around it), after one warm-up,
-// median of `repeats`, in microseconds. Each run waits for the previous: per-frame latency.
+// GPU time of what enqueue() puts on the stream (common/timing.hpp: launch latency excluded),
+// after one warm-up, median of `repeats`, in microseconds.
 template <class F>
 double median_gpu_us(cudaStream_t stream, int repeats, F&& enqueue) {
-  enqueue();
-  CUDA_CHECK(cudaStreamSynchronize(stream));
-  std::vector<double> us;
-  for (int r = 0; r < repeats; ++r) us.push_back(1e3 * course::time_on_stream_ms(stream, enqueue));
-  return median(us);
+  return 1e3 * course::measure(stream, repeats, enqueue, course::L2::warm, false).gpu_ms;
+}
+
+// Both clocks, microseconds: GPU time, and end-to-end latency (host call to the result in host
+// memory: launches, the GPU work, the copies back and the synchronisation), what a frame waits.
+template <class F>
+course::Timing timing_us(cudaStream_t stream, int repeats, F&& enqueue) {
+  course::Timing t = course::measure(stream, repeats, enqueue);
+  return {1e3 * t.gpu_ms, 1e3 * t.latency_ms};
 }
 
 template <class F>
@@ -152,18 +157,22 @@ int run(const Options& o) {
          (!defaults || (recovered == static_cast<int>(objects.size()) &&
                         gpu.detections.size() == objects.size()));
 
-    const double stream_us = median_gpu_us(
+    const course::Timing on_stream = timing_us(
         stream, o.repeats, [&] { post.enqueue(d_output.data(), tensor.size(), stream); });
     post.capture_graph(d_output.data(), tensor.size(), stream);
-    const double graph_us = median_gpu_us(stream, o.repeats, [&] { post.launch_graph(stream); });
+    const course::Timing graph = timing_us(stream, o.repeats, [&] { post.launch_graph(stream); });
     ok = ok && same(post.result().detections, cpu.detections);  // the graph's result, too
     const double cpu_us =
         median_host_us(5, [&] { postprocess_cpu(tensor.data(), tensor.size(), spec, lb, config); });
-    std::printf("   time per frame, result on the host (median of %d):\n", o.repeats);
-    std::printf("     GPU, launched on a stream:  %8.1f us\n", stream_us);
-    std::printf("     GPU, one CUDA graph launch: %8.1f us\n", graph_us);
-    course::add_headline("%s postprocess %.0f us", to_string(layout), stream_us);
-    std::printf("     CPU reference, one core:    %8.1f us  (median of 5)\n", cpu_us);
+    std::printf("   time per frame, result in pinned host memory (median of %d):\n", o.repeats);
+    std::printf("                                 GPU time   end to end (host call -> result)\n");
+    std::printf("     GPU, launched on a stream:  %8.1f us  %8.1f us\n", on_stream.gpu_ms,
+                on_stream.latency_ms);
+    std::printf("     GPU, one CUDA graph launch: %8.1f us  %8.1f us\n", graph.gpu_ms,
+                graph.latency_ms);
+    course::add_headline("%s postprocess %.0f us end to end (%.0f us GPU time)", to_string(layout),
+                         on_stream.latency_ms, on_stream.gpu_ms);
+    std::printf("     CPU reference, one core:               %8.1f us  (median of 5)\n", cpu_us);
 
     PostprocessConfig fast = config;
     fast.nms = NmsVersion::v1_fast_parallel;
@@ -171,7 +180,7 @@ int run(const Options& o) {
     const PostprocessResult v1 = post_v1.run(d_output.data(), tensor.size(), stream);
     const double v1_us = median_gpu_us(
         stream, o.repeats, [&] { post_v1.enqueue(d_output.data(), tensor.size(), stream); });
-    std::printf("   with NMS v1 (Fast NMS) instead: %zu detections, %.1f us on a stream\n",
+    std::printf("   with NMS v1 (Fast NMS) instead: %zu detections, %.1f us GPU time on a stream\n",
                 v1.detections.size(), v1_us);
     if (layout == Layout::yolov8) {
       drawn = gpu.detections;
@@ -217,7 +226,7 @@ int run(const Options& o) {
         gpu.num_above_threshold, gpu.num_dropped, gpu.detections.size(), yes_no(equal));
     const double us = median_gpu_us(
         stream, o.repeats, [&] { post.enqueue(d_output.data(), v8_tensor.size(), stream); });
-    std::printf("   time with the top-K selection on the overflow path: %.1f us\n", us);
+    std::printf("   GPU time with the top-K selection on the overflow path: %.1f us\n", us);
     ok = ok && equal;
   }
 
@@ -240,7 +249,7 @@ int run(const Options& o) {
           version == NmsVersion::v2_bitmask_greedy
               ? same(kept, cpu)
               : same(kept, fast_nms_cpu(boxes, config.iou_threshold, config.class_agnostic));
-      std::printf("   %-18s %5zu kept, %8.1f us; equal to its CPU reference: %s\n",
+      std::printf("   %-18s %5zu kept, %8.1f us GPU time; equal to its CPU reference: %s\n",
                   to_string(version), kept.size(), us, yes_no(equal));
       ok = ok && equal;
       if (version == NmsVersion::v2_bitmask_greedy) {
