@@ -83,8 +83,10 @@ bool primary_context_is_active(int device);
 // Exercise 2: warm the device up, so that the first real launch pays nothing extra: after
 // warm_up(device) the primary context of `device` exists and is current on the calling thread,
 // and both lesson kernels are loaded into it (even with CUDA_MODULE_LOADING=LAZY). The tests
-// check the context; whether a kernel is loaded could not be observed reliably (see the test
-// "CUDA_MODULE_LOADING sets the driver's module loading mode"), so the binary shows it by timing.
+// check the context, and that the first launches after warm_up load no module (a CUPTI module-
+// loaded callback; whether one kernel is loaded is not observable, see test_context.cpp). The
+// binary shows the effect by timing. Throws std::invalid_argument for device < 0, CudaError if a
+// CUDA call fails.
 void warm_up(int device);
 
 // Exercise 3: a context of your own with the Driver API. Creates a new (non-primary) context on

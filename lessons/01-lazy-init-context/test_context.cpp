@@ -1,9 +1,14 @@
 // Lesson 01 tests. Every fact about initialisation is process-global, so each is observed in a
 // fresh child process (CHILD_PROBE) that has made no CUDA call before the probe starts.
 #include <cuda_runtime_api.h>
+#include <cupti.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cstdlib>
+#include <cstring>
 #include <stdexcept>
+#include <string>
 #include <thread>
 
 #include "common/cuda_check.hpp"
@@ -29,6 +34,74 @@ void report_state(const char* prefix, const lesson01::ContextState& s) {
   report(std::string(prefix) + "has_current", s.current != nullptr);
   report(std::string(prefix) + "primary_active", s.primary_active);
 }
+
+// Counts the modules the driver loads, through a CUPTI callback on CUPTI_CB_DOMAIN_RESOURCE /
+// CUPTI_CBID_RESOURCE_MODULE_LOADED ("a module has been loaded", cupti_callbacks.h). Under
+// CUDA_MODULE_LOADING=LAZY the runtime loads the module of a translation unit on the first use
+// of one of its kernels (a launch, or a query that needs the kernel's code), not when the context
+// is created (Programming Guide, "Lazy Loading"). So a module load during a kernel's first launch
+// means that kernel's module had not been loaded before. Create it before the first CUDA call.
+//
+// Only one CUPTI subscriber may exist per process, and cuptiSubscribe fails with
+// CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED when the program runs under Nsight Systems,
+// Nsight Compute or cuda-gdb: status() is then "busy" and count() stays 0. Any other CUPTI error
+// throws std::runtime_error naming the call.
+class ModuleLoads {
+ public:
+  ModuleLoads() {
+    const CUptiResult r = cuptiSubscribe(&subscriber_, &ModuleLoads::on_callback, this);
+    if (r == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED) {
+      subscriber_ = nullptr;
+      status_ = "busy";
+      return;
+    }
+    check(r, "cuptiSubscribe");
+    check(cuptiEnableCallback(1, subscriber_, CUPTI_CB_DOMAIN_RESOURCE,
+                              CUPTI_CBID_RESOURCE_MODULE_LOADED),
+          "cuptiEnableCallback(MODULE_LOADED)");
+  }
+  ~ModuleLoads() {
+    if (subscriber_ != nullptr) cuptiUnsubscribe(subscriber_);
+  }
+  ModuleLoads(const ModuleLoads&) = delete;
+  ModuleLoads& operator=(const ModuleLoads&) = delete;
+
+  const char* status() const { return status_; }  // "ok" or "busy"
+  int count() const { return count_.load(); }     // modules loaded since construction
+  // Of those, the modules whose image (cubin or PTX) names kernel_a or kernel_b: for the report
+  // only, so that a failure says whether it was this lesson's module that loaded late.
+  int lesson_count() const { return lesson_count_.load(); }
+
+ private:
+  static void check(CUptiResult r, const char* call) {
+    if (r == CUPTI_SUCCESS) return;
+    const char* text = "unknown CUPTI error";
+    cuptiGetResultString(r, &text);
+    throw std::runtime_error(std::string(call) + " failed: " + text);
+  }
+  static void CUPTIAPI on_callback(void* self, CUpti_CallbackDomain domain, CUpti_CallbackId id,
+                                   const void* data) {
+    if (domain != CUPTI_CB_DOMAIN_RESOURCE || id != CUPTI_CBID_RESOURCE_MODULE_LOADED) return;
+    auto* me = static_cast<ModuleLoads*>(self);
+    me->count_.fetch_add(1);
+    const auto* resource = static_cast<const CUpti_ResourceData*>(data);
+    const auto* module =
+        resource ? static_cast<const CUpti_ModuleResourceData*>(resource->resourceDescriptor)
+                 : nullptr;
+    if (module != nullptr && module->pCubin != nullptr &&
+        (image_names(*module, "kernel_a") || image_names(*module, "kernel_b")))
+      me->lesson_count_.fetch_add(1);
+  }
+  static bool image_names(const CUpti_ModuleResourceData& m, const char* name) {
+    const char* end = m.pCubin + m.cubinSize;
+    return std::search(m.pCubin, end, name, name + std::strlen(name)) != end;
+  }
+
+  CUpti_SubscriberHandle subscriber_ = nullptr;
+  const char* status_ = "ok";
+  std::atomic<int> count_{0};
+  std::atomic<int> lesson_count_{0};
+};
 }  // namespace
 
 // ---------------------------------------------------------------- CPU tests: bad input
@@ -198,7 +271,8 @@ TEST_CASE("CUDA_MODULE_LOADING sets the driver's module loading mode", "[gpu]") 
   // Whether one kernel is loaded could not be observed: on the H200 (CUDA 13.0), cuFuncIsLoaded
   // said "loaded" before the first launch, with the CUfunction from cudaGetFuncBySymbol and from
   // cudaGetKernel + cuKernelGetFunction alike, so getting the handle may itself load it. The
-  // mode is observable; the binary times its effect.
+  // mode is observable, and so is a module being loaded (CUPTI: exercise 2's test); the binary
+  // times the effect.
   CHECK(probe("loading_mode", {"CUDA_MODULE_LOADING=LAZY"}).value("lazy_mode") == "1");
   CHECK(probe("loading_mode", {"CUDA_MODULE_LOADING=EAGER"}).value("lazy_mode") == "0");
 }
@@ -277,15 +351,49 @@ TEST_CASE("Exercise 2: warm_up rejects a negative ordinal", "[ex2]") {
   CHECK_THROWS_AS(lesson01::warm_up(-1), std::invalid_argument);
 }
 
+// What the two probes below observe: the modules CUPTI reports loaded (ModuleLoads), in a child
+// started with CUDA_MODULE_LOADING=LAZY, during the first launch of kernel_a and kernel_b (from
+// just before the launches to the end of the copy that waits for them). The control, without
+// warm_up, must see at least one load there: that proves the observation works on this
+// platform (and that lazy loading is in effect), so the check on warm_up is not vacuous. After a
+// correct warm_up the same window must see none: warm_up loaded the module already. A warm_up
+// that only creates the context (cudaSetDevice) leaves the load to the first launch and fails.
+// Limit: the lesson's two kernels share one module, so this sees whether the module was loaded,
+// not each kernel (a warm_up that touches only kernel_a passes).
+CHILD_PROBE(ex2_first_launch_without_warm_up) {
+  ModuleLoads loads;  // before the first CUDA call
+  report("cupti", loads.status());
+  CUDA_CHECK(cudaSetDevice(0));
+  report("lazy_mode", lesson01::lazy_loading_enabled());
+  course::DeviceBuffer<int> a(1), b(1);
+  const int before = loads.count(), before_lesson = loads.lesson_count();
+  lesson01::launch_kernel_a(a.data());
+  lesson01::launch_kernel_b(b.data());
+  report("a_result", course::to_host(a)[0]);
+  report("loads_in_first_launches", loads.count() - before);
+  report("lesson_loads_in_first_launches", loads.lesson_count() - before_lesson);
+  return 0;
+}
+
 CHILD_PROBE(ex2_warm_up) {
+  ModuleLoads loads;  // before the first CUDA call
+  report("cupti", loads.status());
   lesson01::warm_up(0);
+  report("loads_in_warm_up", loads.count());
+  report("lesson_loads_in_warm_up", loads.lesson_count());
+  report("lazy_mode", lesson01::lazy_loading_enabled());
   const auto s = observe(0);
   report("primary_active", s.primary_active);
   report("current_is_primary", s.current != nullptr && s.current == lesson01::primary_context(0));
-  // The kernels still launch and compute after the warm-up.
-  course::DeviceBuffer<int> out(1);
-  lesson01::launch_kernel_b(out.data());
-  report("b_result", course::to_host(out)[0]);
+  // The kernels still launch and compute after the warm-up, and load nothing on the way.
+  course::DeviceBuffer<int> a(1), b(1);
+  const int before = loads.count(), before_lesson = loads.lesson_count();
+  lesson01::launch_kernel_a(a.data());
+  lesson01::launch_kernel_b(b.data());
+  report("a_result", course::to_host(a)[0]);
+  report("b_result", course::to_host(b)[0]);
+  report("loads_in_first_launches", loads.count() - before);
+  report("lesson_loads_in_first_launches", loads.lesson_count() - before_lesson);
   return 0;
 }
 
@@ -293,7 +401,31 @@ TEST_CASE("Exercise 2: after warm_up the primary context exists and is current",
   const auto c = probe("ex2_warm_up", {"CUDA_MODULE_LOADING=LAZY"});
   CHECK(c.value("primary_active") == "1");
   CHECK(c.value("current_is_primary") == "1");
+  CHECK(c.value("a_result") == "1");
   CHECK(c.value("b_result") == "2");
+}
+
+TEST_CASE("Exercise 2: after warm_up the first launches load no module (CUPTI, lazy loading)",
+          "[gpu][ex2]") {
+  const auto control = probe("ex2_first_launch_without_warm_up", {"CUDA_MODULE_LOADING=LAZY"});
+  if (control.value("cupti") == "busy") {
+    WARN(
+        "CUPTI is held by another tool (Nsight, cuda-gdb, a sanitizer): module loading cannot be "
+        "observed in this run, so warm_up's loading is not checked");
+    return;
+  }
+  INFO("control child (cudaSetDevice only) printed:\n" << control.output);
+  REQUIRE(control.value("lazy_mode") == "1");
+  REQUIRE(control.value("a_result") == "1");
+  // Without a warm-up the first launch loads the module: the observation works.
+  REQUIRE(std::stoi(control.value("loads_in_first_launches")) >= 1);
+
+  const auto c = probe("ex2_warm_up", {"CUDA_MODULE_LOADING=LAZY"});
+  INFO("warm_up child printed:\n" << c.output);
+  REQUIRE(c.value("cupti") == "ok");
+  CHECK(c.value("lazy_mode") == "1");
+  CHECK(std::stoi(c.value("loads_in_warm_up")) >= 1);
+  CHECK(c.value("loads_in_first_launches") == "0");
 }
 
 // ---------------------------------------------------------------- exercise 3

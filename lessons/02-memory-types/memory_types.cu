@@ -372,8 +372,12 @@ void check_transpose_args(const float* in, const float* out, int rows, int cols)
 }
 
 // v0: no shared memory. A warp reads 32 consecutive floats of a row of `in` (coalesced: 128
-// bytes, 4 sectors) but writes them down a column of `out`, 32 rows apart: 32 sectors for 128
-// useful bytes, so the writes waste most of the DRAM bandwidth.
+// bytes, 4 sectors of 32 bytes) but writes them down a column of `out`, 32 rows apart: each store
+// instruction costs 32 L2 sector writes instead of 4, 4 useful bytes in each. DRAM does not see
+// 8x the bytes: the other 7 floats of each 32-byte sector are written by the same block moments
+// later, and the write-back L2 merges them before the line is evicted, so DRAM write traffic
+// stays about 1x. What limits v0 is the number of store transactions through the LSU and L2
+// (docs/profiling.md has the ncu metrics that show both sides).
 __global__ void transpose_v0_naive_kernel(const float* in, float* out, int rows, int cols) {
   const int c = blockIdx.x * kTileDim + threadIdx.x;
   const int r0 = blockIdx.y * kTileDim + threadIdx.y;
@@ -495,15 +499,35 @@ void prefetch_managed(const void* ptr, std::size_t bytes, int device, cudaStream
 
 // ================================================= 7. the stream-ordered allocator and pools
 
-MemPool::MemPool(int device, std::uint64_t release_threshold) {
+MemPool::MemPool(int device, std::uint64_t release_threshold, PoolMemory memory) {
   cudaMemPoolProps props{};
-  props.allocType = cudaMemAllocationTypePinned;  // the only type pools support: device memory
-  props.handleTypes = cudaMemHandleTypeNone;
-  props.location.type = cudaMemLocationTypeDevice;
-  props.location.id = device;
+  // Pinned means "does not migrate", not "device": pools may also live in pinned host memory
+  // (location cudaMemLocationTypeHost from CUDA 12.6, or HostNuma with a NUMA node id), and
+  // CUDA 13 adds managed pools (cudaMemAllocationTypeManaged).
+  props.allocType = cudaMemAllocationTypePinned;
+  props.handleTypes = cudaMemHandleTypeNone;  // a host pool must have 0 here (cudaMemPoolCreate)
+  if (memory == PoolMemory::device) {
+    props.location.type = cudaMemLocationTypeDevice;
+    props.location.id = device;
+  } else {
+#if CUDART_VERSION >= 12060
+    props.location.type = cudaMemLocationTypeHost;  // id is ignored
+    props.location.id = 0;
+#else
+    throw std::runtime_error("MemPool: a pinned-host pool needs CUDA 12.6 or newer");
+#endif
+  }
   CUDA_CHECK(cudaMemPoolCreate(&pool_, &props));
   try {
     CUDA_CHECK(cudaMemPoolSetAttribute(pool_, cudaMemPoolAttrReleaseThreshold, &release_threshold));
+    if (memory == PoolMemory::pinned_host) {
+      // A host pool is accessible from the CPU only, until a device is granted access.
+      cudaMemAccessDesc access{};
+      access.location.type = cudaMemLocationTypeDevice;
+      access.location.id = device;
+      access.flags = cudaMemAccessFlagsProtReadWrite;
+      CUDA_CHECK(cudaMemPoolSetAccess(pool_, &access, 1));
+    }
   } catch (...) {
     cudaMemPoolDestroy(pool_);
     throw;

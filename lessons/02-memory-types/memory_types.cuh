@@ -438,13 +438,25 @@ void prefetch_managed(const void* ptr, std::size_t bytes, int device, cudaStream
 
 // ================================================= 7. the stream-ordered allocator and pools
 
-// A memory pool of device memory (cudaMemPoolCreate) on `device` that keeps up to
-// release_threshold bytes reserved across synchronisations instead of returning them to the OS.
-// Throws CudaError if the pool cannot be created (invalid device, no memory pool support), and so
-// does reserved_bytes() if its query fails.
+// What a MemPool's memory is. Both are "pinned" allocations (cudaMemAllocationTypePinned: the
+// memory does not migrate); the location differs.
+enum class PoolMemory {
+  device,       // device memory of `device` (cudaMemLocationTypeDevice)
+  pinned_host,  // page-locked host memory (cudaMemLocationTypeHost, CUDA 12.6+), for staging
+                // buffers allocated per frame in stream order; `device` is granted read/write
+                // access (cudaMemPoolSetAccess), the CPU has it by default
+};
+
+// A memory pool (cudaMemPoolCreate) that keeps up to release_threshold bytes reserved across
+// synchronisations instead of returning them to the OS: device memory on `device`, or pinned host
+// memory that `device` can use. Allocate from it with cudaMallocFromPoolAsync (AsyncDeviceBuffer
+// for device memory). Throws CudaError if the pool cannot be created (invalid device, no memory
+// pool support; for pinned_host, cudaDevAttrHostMemoryPoolsSupported == 0), std::runtime_error
+// for pinned_host with a CUDA runtime older than 12.6; reserved_bytes() throws CudaError if its
+// query fails.
 class MemPool {
  public:
-  MemPool(int device, std::uint64_t release_threshold);
+  MemPool(int device, std::uint64_t release_threshold, PoolMemory memory = PoolMemory::device);
   ~MemPool();
   MemPool(const MemPool&) = delete;
   MemPool& operator=(const MemPool&) = delete;

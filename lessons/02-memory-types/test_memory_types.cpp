@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <random>
 #include <set>
 #include <vector>
@@ -679,6 +680,44 @@ TEST_CASE("Memory from cudaMallocAsync is usable in stream order", "[gpu][stream
     stream.synchronize();
     CHECK(back == data);
   }
+}
+
+TEST_CASE("A pinned-host pool hands out host memory that the CPU and the copy engines use",
+          "[gpu][stream-ordered]") {
+  int supported = 0;
+  CUDA_CHECK(cudaDeviceGetAttribute(&supported, cudaDevAttrHostMemoryPoolsSupported, 0));
+  if (supported == 0) {
+    WARN("device 0 reports cudaDevAttrHostMemoryPoolsSupported = 0: nothing to check");
+    return;
+  }
+  course::Stream stream;
+  MemPool pool(0, std::numeric_limits<std::uint64_t>::max(), PoolMemory::pinned_host);
+  const std::size_t count = 1 << 20;
+  const std::size_t bytes = count * sizeof(int);
+  void* raw = nullptr;
+  CUDA_CHECK(cudaMallocFromPoolAsync(&raw, bytes, pool.get(), stream));
+  const auto free_async = [&stream](int* p) { cudaFreeAsync(p, stream); };
+  std::unique_ptr<int, decltype(free_async)> staging(static_cast<int*>(raw), free_async);
+  stream.synchronize();  // the allocation is ordered in the stream; the CPU may now touch it
+
+  // What the runtime says it is: host memory, not device memory.
+  cudaPointerAttributes attr{};
+  CUDA_CHECK(cudaPointerGetAttributes(&attr, staging.get()));
+  CHECK(attr.type == cudaMemoryTypeHost);
+
+  // The CPU writes it, a copy engine reads it into device memory and back into ordinary memory.
+  for (std::size_t i = 0; i < count; ++i) staging.get()[i] = static_cast<int>(i * 7) - 5;
+  course::DeviceBuffer<int> device(count);
+  std::vector<int> back(count, 0);
+  CUDA_CHECK(cudaMemcpyAsync(device.data(), staging.get(), bytes, cudaMemcpyHostToDevice, stream));
+  CUDA_CHECK(cudaMemcpyAsync(back.data(), device.data(), bytes, cudaMemcpyDeviceToHost, stream));
+  stream.synchronize();
+  CHECK(std::equal(back.begin(), back.end(), staging.get()));
+
+  // Freed in stream order, and kept by the pool (the release threshold is unlimited).
+  staging.reset();
+  stream.synchronize();
+  CHECK(pool.reserved_bytes() >= bytes);
 }
 
 TEST_CASE("alloc_use_free works for every strategy; a retaining pool keeps its memory",

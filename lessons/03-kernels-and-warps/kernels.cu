@@ -134,7 +134,10 @@ void vector_add_truncated_grid(const float* a, const float* b, float* c, std::si
   constexpr unsigned block = 256;
   const unsigned grid = static_cast<unsigned>(std::min<std::size_t>(n / block, kMaxGridX));  // BUG
   vector_add_kernel<<<grid, block, 0, stream>>>(a, b, c, n);
-  CUDA_CHECK_LAUNCH();  // grid == 0 (n < 256): cudaErrorInvalidConfiguration
+  // grid == 0 (n < 256): the launch fails at once. The documentation names
+  // cudaErrorInvalidConfiguration; CUDA 13.0 returned cudaErrorInvalidValue on the H200
+  // (is_invalid_launch_error in kernels.cuh accepts both).
+  CUDA_CHECK_LAUNCH();
 }
 
 void vector_add_one_per_thread(const float* a, const float* b, float* c, std::size_t n,

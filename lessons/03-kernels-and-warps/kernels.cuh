@@ -174,9 +174,11 @@ void tiny_gemm_8x8(const float* a, const float* b, float* c, int k, int count, i
 
 // Writes through a null pointer after sleeping `delay_ms` on the GPU (so that the launch itself
 // returns, and is checked, long before the fault). The fault is a STICKY error
-// (cudaErrorIllegalAddress): the context is unusable afterwards and every later CUDA call in the
-// process fails. Call it only in a process that exists to die (a child process); see main.cu and
-// the CHILD_PROBE in test_kernels.cpp. Does not check for errors.
+// (cudaErrorIllegalAddress; driver_types.h says of it, and of e.g. cudaErrorLaunchTimeout and
+// cudaErrorLaunchFailure, that it "leaves the process in an inconsistent state"): the context is
+// unusable afterwards and every later CUDA call in the process fails. Call it only in a process
+// that exists to die (a child process); see main.cu and the CHILD_PROBE in test_kernels.cpp.
+// Does not check for errors.
 void launch_illegal_write(int delay_ms, cudaStream_t stream = nullptr);
 
 // ---------------------------------------------------------------------------------------------

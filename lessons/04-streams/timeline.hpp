@@ -29,8 +29,11 @@ struct Span {
 //   - the end of the operation before it in its stream (it cannot start earlier), and
 //   - the end of the operation before it on the same engine, taking each engine's operations in
 //     the order they finished (an engine does one thing at a time).
-// That is exact for a copy engine, which works through one copy at a time, and close for kernels
-// that fill the GPU; kernels that share the SMs are drawn back to back. Chunks on one stream
+// A model: it assumes one copy at a time per direction and kernels that fill the GPU (kernels
+// that share the SMs are drawn back to back). A GPU with several copy engines
+// (cudaDevAttrAsyncEngineCount: 3 on the H200) may run H2D copies of different streams at the
+// same time, and then a drawn start is later than the real one; only a trace (Nsight Systems)
+// shows that. Chunks on one stream
 // are listed in issue order (chunk c before chunk c + K). Returns 3 spans per chunk.
 // Throws std::invalid_argument for a negative stream, a negative or non-finite time, or stage
 // ends out of order (h2d_end <= kernel_end <= d2h_end must hold).

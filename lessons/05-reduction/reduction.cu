@@ -451,6 +451,17 @@ const std::vector<VersionInfo>& versions() {
   return table;
 }
 
+unsigned grid_stride_resident_blocks(int version) {
+  if (version == 6) {
+    return resident_blocks(reinterpret_cast<const void*>(&reduce_v6_grid_stride_float4));
+  }
+  if (version == 7) {
+    return resident_blocks(reinterpret_cast<const void*>(&reduce_v7_deterministic<SumOp>));
+  }
+  throw std::invalid_argument("grid_stride_resident_blocks: version " + std::to_string(version) +
+                              "; expected 6 or 7");
+}
+
 std::size_t elements_per_block(int version) {
   if (version >= 1 && version <= 3) return kBlockThreads;
   if (version == 4 || version == 5) return 2 * kBlockThreads;

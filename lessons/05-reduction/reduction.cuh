@@ -15,6 +15,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -81,6 +82,39 @@ inline double summation_tree_height(int version, std::size_t n) {
     return 9.0 * static_cast<double>(passes);
   }
   return 2.0 * static_cast<double>(per_thread) + 32.0;
+}
+
+// A tighter h for v6 and v7, given the grid they launch. reduce_sum gives them
+// G = min(max(1, tiles), R) blocks of 256 threads, where tiles = ceil(vec4 / 1024) counts the
+// tiles of 1024 float4s in the input's aligned body (vec4 <= ceil(n / 4) float4s, whatever the
+// alignment) and R = grid_stride_resident_blocks(version), the blocks resident at once on the
+// device that runs them. Pass R as max_blocks: exactly R, since a larger value would give too
+// few tiles per block and a smaller one too short a chain of block totals. Derived from
+// reduction.cu's thread_reduce, block_reduce and the kernels, an element goes through at most
+//   2      adds in element4, (x + y) + (z + w)
+//   T + 2  adds in its thread's accumulator: one per tile its block reads (tiles are dealt
+//          round-robin over the grid, so T = ceil(max(1, tiles) / G)), and the head and tail
+//          scalars into accumulator 0
+//   2      adds combining the four accumulators, then 10 in block_reduce (two 5-level shuffles)
+// then v6: a chain of at most G atomicAdds of block totals (any order), h = T + G + 16;
+//      v7: the last block's loop over the G partials, ceil(G / 256) adds per thread, then
+//          block_reduce again (10 more), h = T + ceil(G / 256) + 26.
+// Here tiles is taken at its largest, ceil(ceil(n / 4) / 1024), and G = min(tiles, R): if the
+// real body has fewer tiles, either its grid is as large as its tiles (T = 1) or it is R as here
+// (and T no larger), and its G is no larger; so h bounds every alignment. For versions 0..5
+// returns summation_tree_height(version, n). Throws std::invalid_argument for a version outside
+// 0..7, or max_blocks == 0 for v6/v7.
+inline double summation_tree_height(int version, std::size_t n, unsigned max_blocks) {
+  if (version != 6 && version != 7) return summation_tree_height(version, n);
+  if (max_blocks == 0) {
+    throw std::invalid_argument("summation_tree_height: max_blocks must be >= 1");
+  }
+  const std::size_t tiles = std::max<std::size_t>(1, ((n + 3) / 4 + 1023) / 1024);
+  const std::size_t grid = std::min<std::size_t>(tiles, max_blocks);
+  const std::size_t per_block = (tiles + grid - 1) / grid;
+  const double t = static_cast<double>(per_block);
+  if (version == 6) return t + static_cast<double>(grid) + 16.0;
+  return t + static_cast<double>((grid + 255) / 256) + 26.0;
 }
 
 // ------------------------------------------------------------------------------------------
@@ -178,6 +212,12 @@ class Workspace {
 // out == nullptr, a misaligned `in`, or n > kMaxElements.
 void reduce_sum(int version, const float* in, std::size_t n, float* out, Workspace& ws,
                 cudaStream_t stream);
+
+// The most blocks reduce_sum launches for version 6 or 7 on the current device: the blocks of
+// that version's sum kernel resident at once (occupancy calculator x SM count). What
+// summation_tree_height(version, n, max_blocks) needs. Throws std::invalid_argument for another
+// version, CudaError if a CUDA query fails (no device).
+unsigned grid_stride_resident_blocks(int version);
 
 // One pass of the shared-memory tree versions: block b (kBlockThreads threads) writes the sum
 // of its slice of `in` to block_sums[b]; there are ceil(n / elements_per_block) blocks, with

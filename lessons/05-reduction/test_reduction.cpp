@@ -13,6 +13,11 @@
 //                                                most ceil(n / 256) values, v6's atomics another
 //                                                chain of at most that many block totals; the
 //                                                trees after them have < 32 levels
+// On the GPU the random-data tests of v6 and v7 use the grid actually launched instead
+// (summation_tree_height(version, n, max_blocks) in reduction.cuh derives it). At n = 10^6 the
+// grid is 245 blocks (one per tile of 4096 floats) on any GPU with that many resident, and h is
+// 28 for v7 and 262 for v6 instead of 7846: a bound of about 0.8 (v7) on a sum of 10^6 values in
+// [0, 1), where a dropped tile would take away about 2000.
 // Exact data needs no tolerance: all-ones (n < 2^24), and small integers (|x| <= 8, n <= 2^21):
 // every partial sum is an integer of magnitude <= 2^24, which float holds exactly, so every
 // addition is exact in any order. Those tests catch a dropped or doubled element, which a
@@ -62,6 +67,14 @@ std::size_t ceil_div(std::size_t a, std::size_t b) {
 
 double tree_height(int version, std::size_t n) {
   return reduction::summation_tree_height(version, n);
+}
+
+// The same, for the grid reduce_sum launches on this GPU: v6 and v7 take one wave of resident
+// blocks, not one block. Needs a current device.
+double launched_tree_height(int version, std::size_t n) {
+  if (version != 6 && version != 7) return tree_height(version, n);
+  return reduction::summation_tree_height(version, n,
+                                          reduction::grid_stride_resident_blocks(version));
 }
 
 struct Reference {
@@ -180,6 +193,26 @@ TEST_CASE("summation_tree_height knows versions 0..7 only", "[versions][errors]"
   for (const reduction::VersionInfo& v : reduction::versions()) {
     CHECK_NOTHROW(reduction::summation_tree_height(v.number, 1000));
   }
+}
+
+TEST_CASE("summation_tree_height with the grid: never above the grid-free bound", "[versions]") {
+  for (int version : {6, 7}) {
+    for (std::size_t n : kSizes) {
+      for (unsigned blocks : {1u, 132u, 1056u, 1u << 20}) {
+        CAPTURE(version, n, blocks);
+        const double h = reduction::summation_tree_height(version, n, blocks);
+        CHECK(h >= 1.0);
+        CHECK(h <= tree_height(version, n));
+      }
+    }
+    CHECK_THROWS_AS(reduction::summation_tree_height(version, 100, 0u), std::invalid_argument);
+  }
+  // The numbers the header comment quotes: n = 10^6, 245 tiles, a grid of 245 blocks.
+  CHECK(reduction::summation_tree_height(7, 1000000, 1056) == 28.0);
+  CHECK(reduction::summation_tree_height(6, 1000000, 1056) == 262.0);
+  CHECK(tree_height(7, 1000000) == 7846.0);
+  // Other versions ignore the grid.
+  CHECK(reduction::summation_tree_height(3, 5000, 7u) == tree_height(3, 5000));
 }
 
 TEST_CASE("reduce_sum rejects bad arguments before touching the GPU", "[errors]") {
@@ -395,7 +428,7 @@ TEST_CASE("every version: random data within the error bound of its summation tr
         CAPTURE(v.number, n, lo);
         const std::vector<float> x = uniform(n, lo, 1.0f, 100 + static_cast<unsigned>(n));
         const Reference ref = reference_sum(x);
-        const double tolerance = gamma_h(tree_height(v.number, n)) * ref.abs_sum;
+        const double tolerance = gamma_h(launched_tree_height(v.number, n)) * ref.abs_sum;
         const float got = gpu_sum(v.number, x);
         CHECK(std::fabs(got - ref.sum) <= tolerance);
       }
@@ -430,7 +463,7 @@ TEST_CASE("v7 is bitwise identical run to run", "[gpu][sum][determinism]") {
   reduction::reduce_sum(reduction::kBestVersion, in.data(), n, out.data(), ws, stream);
   const float first = read_back(out.data(), stream);
   CHECK(std::fabs(first - reference_sum(x).sum) <=
-        gamma_h(tree_height(7, n)) * reference_sum(x).abs_sum);
+        gamma_h(launched_tree_height(7, n)) * reference_sum(x).abs_sum);
   for (int run = 0; run < 20; ++run) {
     reduction::reduce_sum(reduction::kBestVersion, in.data(), n, out.data(), ws, stream);
     CAPTURE(run);

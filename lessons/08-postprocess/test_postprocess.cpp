@@ -1,7 +1,10 @@
-// Lesson 08 tests. Oracles: hand-computed values, a double-precision IoU written here,
-// cv::dnn::NMSBoxes (run per class), std::partial_sort, a double-precision softmax, and the
-// generator's ground truth. The GPU is compared with the CPU reference exactly: both run the
-// same per-element functions, rounded the same way.
+// Lesson 08 tests. Oracles: hand-computed values, a double-precision IoU, decode and greedy NMS
+// written here (iou_double, decode_double, nms_double), cv::dnn::NMSBoxes (run per class),
+// std::partial_sort, a double-precision softmax, and the generator's ground truth. The GPU is
+// compared with the CPU reference exactly: both run the same per-element functions, rounded the
+// same way. In the exercise build those functions (iou, decode_candidate) are the learner's on
+// both sides, so a wrong formula would agree with itself: the GPU tests of exercises 2 and 3 are
+// therefore also compared with the oracles here, which share no code with them.
 #include <cuda_runtime_api.h>
 
 #include <opencv2/core.hpp>
@@ -62,6 +65,95 @@ double iou_double(const Box& a, const Box& b) {
   const double uni = (double(a.x2) - a.x1) * (double(a.y2) - a.y1) +
                      (double(b.x2) - b.x1) * (double(b.y2) - b.y1) - inter;
   return uni > 0.0 ? inter / uni : 0.0;
+}
+
+// The oracle decode, straight from the layouts' definitions (README, postprocess.cuh) and sharing
+// no code with decode_candidate. Returns the candidates kept at conf_threshold, in index order.
+// Scores: the product of two floats is exact in double, so rounding it once to float gives the
+// correctly rounded float product, the score the lesson defines; the strict threshold is then
+// decided exactly as specified. Corners and the letterbox inverse are computed in double and
+// rounded to float at the end: within a few float ulps of the float pipeline (require_decoded).
+std::vector<Detection> decode_double(const std::vector<float>& t, const OutputSpec& spec,
+                                     const Letterbox& lb, float conf_threshold) {
+  const int n = spec.num_candidates, classes = spec.num_classes;
+  const bool v5 = spec.layout == Layout::yolov5;
+  // Attribute k of candidate i, in either layout.
+  auto at = [&](int i, int k) {
+    return v5 ? t[static_cast<std::size_t>(i) * spec.attributes() + k]
+              : t[static_cast<std::size_t>(k) * n + i];
+  };
+  auto back = [](double u, double pad, double scale, int limit) {
+    return static_cast<float>(std::min<double>(limit, std::max(0.0, (u - pad) / scale)));
+  };
+  std::vector<Detection> kept;
+  for (int i = 0; i < n; ++i) {
+    const int first_class = v5 ? 5 : 4;
+    const double objectness = v5 ? at(i, 4) : 1.0;
+    if (v5 && !(objectness > conf_threshold)) continue;
+    int best = -1;  // the highest class score; the lower class on a tie; a NaN never wins
+    for (int c = 0; c < classes; ++c) {
+      const float v = at(i, first_class + c);
+      if (!std::isnan(v) && (best < 0 || v > at(i, first_class + best))) best = c;
+    }
+    if (best < 0) continue;
+    const float score = static_cast<float>(objectness * at(i, first_class + best));
+    const double cx = at(i, 0), cy = at(i, 1), w = at(i, 2), h = at(i, 3);
+    if (!(score > conf_threshold) || !std::isfinite(score) || !std::isfinite(cx) ||
+        !std::isfinite(cy) || !std::isfinite(w) || !std::isfinite(h))
+      continue;
+    const Box box{back(cx - w / 2, lb.pad_x, lb.scale, lb.src_w),
+                  back(cy - h / 2, lb.pad_y, lb.scale, lb.src_h),
+                  back(cx + w / 2, lb.pad_x, lb.scale, lb.src_w),
+                  back(cy + h / 2, lb.pad_y, lb.scale, lb.src_h)};
+    kept.push_back(Detection{box, score, best, i});
+  }
+  return kept;
+}
+
+// Decoded candidates (in any order) against decode_double's: the same candidates by index, with
+// the same class and score, and corners within tol_px source pixels.
+void require_decoded(const std::vector<Detection>& got, const std::vector<Detection>& oracle,
+                     float tol_px = 1e-3f) {
+  std::map<int, const Detection*> by_index;
+  for (const Detection& d : got) by_index[d.index] = &d;
+  REQUIRE(by_index.size() == got.size());  // no candidate twice
+  for (const Detection& e : oracle) {
+    const auto it = by_index.find(e.index);
+    INFO("candidate " << e.index << ": the oracle decodes " << describe(e));
+    REQUIRE(it != by_index.end());
+    const Detection& d = *it->second;
+    INFO("got " << describe(d));
+    REQUIRE(d.class_id == e.class_id);
+    REQUIRE(d.score == e.score);
+    REQUIRE(std::abs(d.box.x1 - e.box.x1) <= tol_px);
+    REQUIRE(std::abs(d.box.y1 - e.box.y1) <= tol_px);
+    REQUIRE(std::abs(d.box.x2 - e.box.x2) <= tol_px);
+    REQUIRE(std::abs(d.box.y2 - e.box.y2) <= tol_px);
+  }
+  REQUIRE(got.size() == oracle.size());  // and nothing the oracle rejected
+}
+
+// The oracle NMS: greedy (or Fast NMS: every higher box suppresses, kept or not) over boxes
+// sorted by score descending, ties by lower index, with iou_double; no code shared with iou or
+// nms_mask_word. Suppressed when IoU is strictly greater than the threshold.
+std::vector<Detection> nms_double(std::vector<Detection> boxes, float iou_threshold,
+                                  bool class_agnostic, bool fast) {
+  std::stable_sort(boxes.begin(), boxes.end(), [](const Detection& a, const Detection& b) {
+    return a.score > b.score || (a.score == b.score && a.index < b.index);
+  });
+  std::vector<bool> kept(boxes.size(), false);
+  std::vector<Detection> out;
+  for (std::size_t i = 0; i < boxes.size(); ++i) {
+    bool keep = true;
+    for (std::size_t j = 0; j < i && keep; ++j) {
+      if (!fast && !kept[j]) continue;
+      keep = !((class_agnostic || boxes[j].class_id == boxes[i].class_id) &&
+               iou_double(boxes[j].box, boxes[i].box) > iou_threshold);
+    }
+    kept[i] = keep;
+    if (keep) out.push_back(boxes[i]);
+  }
+  return out;
 }
 
 // cv::dnn::NMSBoxes run per class (all together when class_agnostic), merged in NMS order.
@@ -132,6 +224,27 @@ PostprocessResult run_gpu(const Frame& f, const PostprocessConfig& config) {
 
 PostprocessResult run_cpu(const Frame& f, const PostprocessConfig& config) {
   return postprocess_cpu(f.tensor.data(), f.tensor.size(), f.spec, f.letterbox, config);
+}
+
+// Breaks some candidates: NaN or +-inf in every 37th value (box values, class scores,
+// objectness alike).
+void break_every_37th(Frame& f) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  const float bad[] = {nan, inf, -inf};
+  for (std::size_t k = 0; k < f.tensor.size(); k += 37) f.tensor[k] = bad[(k / 37) % 3];
+}
+
+// The GPU's decode against the oracle decode_double, not against decode_cpu (which runs the same
+// decode_candidate as the GPU). With an IoU threshold of 1, NMS suppresses nothing (IoU > 1 never
+// holds), and with room for every candidate none is dropped: the result is every decoded one.
+void require_gpu_decode_matches_oracle(const Frame& f) {
+  PostprocessConfig all;
+  all.iou_threshold = 1.0f;
+  all.max_candidates = all.max_detections = std::max(1, f.spec.num_candidates);
+  const PostprocessResult gpu = run_gpu(f, all);
+  CHECK(gpu.num_dropped == 0);
+  require_decoded(gpu.detections, decode_double(f.tensor, f.spec, f.letterbox, all.conf_threshold));
 }
 
 // A YOLOv8 tensor written by hand: candidate i has box (cx, cy, w, h) and class scores.
@@ -339,6 +452,23 @@ TEST_CASE("decode_candidate: a NaN class score never wins, wherever it sits", "[
   CHECK_FALSE(decode_candidate(t.data.data(), t.spec, 3, 0.25f, identity_letterbox(), &d));
 }
 
+TEST_CASE("decode_candidate agrees with a double-precision decode on generated outputs", "[ex2]") {
+  const Layout layout = GENERATE(Layout::yolov5, Layout::yolov8);
+  const bool broken = GENERATE(false, true);
+  Frame f = make_frame(layout, 1999, 3, 20, 15, 13);
+  if (broken) break_every_37th(f);
+  INFO(to_string(layout) << (broken ? ", with NaN and inf values" : ""));
+  const float conf = PostprocessConfig{}.conf_threshold;
+  const std::vector<Detection> oracle = decode_double(f.tensor, f.spec, f.letterbox, conf);
+  if (!broken) REQUIRE(oracle.size() >= 20);  // every object's exact box passes: not vacuous
+  std::vector<Detection> got;
+  for (int i = 0; i < f.spec.num_candidates; ++i) {
+    Detection d{};
+    if (decode_candidate(f.tensor.data(), f.spec, i, conf, f.letterbox, &d)) got.push_back(d);
+  }
+  require_decoded(got, oracle);
+}
+
 // ============================================================================ exercise 3
 
 TEST_CASE("nms_mask_word: bits agree with a double-precision IoU on tile pairs", "[ex3]") {
@@ -402,6 +532,21 @@ TEST_CASE("nms_cpu equals cv::dnn::NMSBoxes run per class", "[nms]") {
   INFO("threshold " << threshold << ", score levels " << score_levels << ", agnostic " << agnostic);
   CHECK(got.size() < boxes.size());  // something was suppressed
   require_same(got, expected);
+}
+
+TEST_CASE("nms_cpu and fast_nms_cpu equal a double-precision NMS on random sets", "[nms][ex1]") {
+  // The same sets as the GPU NMS test below, which compares the GPU with nms_double too: here,
+  // on the CPU, the oracle is checked against nms_cpu (in the lesson build: the two agree on
+  // every decision, none falls on the threshold) and, in the exercise build, catches a wrong iou.
+  const int n = GENERATE(1, 2, 63, 64, 65, 129, 1000, 2500);
+  const int score_levels = GENERATE(0, 4);
+  const bool agnostic = GENERATE(false, true);
+  const std::vector<Detection> boxes = random_detections(n, 5, 640, 9, score_levels, 61 + n);
+  INFO("n " << n << ", score levels " << score_levels << ", agnostic " << agnostic);
+  const std::vector<Detection> greedy = nms_double(boxes, 0.5f, agnostic, false);
+  if (n >= 63) CHECK(greedy.size() < boxes.size());  // clusters of 9 overlap: not vacuous
+  require_same(nms_cpu(boxes, 0.5f, agnostic), greedy);
+  require_same(fast_nms_cpu(boxes, 0.5f, agnostic), nms_double(boxes, 0.5f, agnostic, true));
 }
 
 TEST_CASE("nms_cpu: edge cases", "[nms]") {
@@ -519,7 +664,7 @@ TEST_CASE("decode_cpu: overflow reports the drop count and keeps the best", "[de
   CHECK(capped.candidates.back().index < all.candidates[100].index);
 }
 
-TEST_CASE("postprocess_cpu recovers the generator's ground truth", "[decode]") {
+TEST_CASE("postprocess_cpu recovers the generator's ground truth", "[decode][ex2]") {
   const Layout layout = GENERATE(Layout::yolov5, Layout::yolov8);
   const Frame f = make_frame(layout, 2000, 10, 15, 12, 5);
   const PostprocessResult r = run_cpu(f, PostprocessConfig{});
@@ -662,20 +807,20 @@ TEST_CASE("GPU postprocess equals the CPU reference", "[gpu][ex2]") {
   CHECK(gpu.num_above_threshold == cpu.num_above_threshold);
   CHECK(gpu.num_dropped == 0);
   require_same(gpu.detections, cpu.detections);
+  // In the exercise build both sides ran the learner's decode_candidate: check it independently.
+  require_gpu_decode_matches_oracle(f);
 }
 
 TEST_CASE("GPU: NaN and infinite candidates are rejected as on the CPU", "[gpu][ex2]") {
   const Layout layout = GENERATE(Layout::yolov5, Layout::yolov8);
   Frame f = make_frame(layout, 999, 3, 5, 6, 17);
   // Break some candidates: NaN or inf in a box value, a class score or the objectness.
-  const float nan = std::numeric_limits<float>::quiet_NaN();
-  const float inf = std::numeric_limits<float>::infinity();
-  const float bad[] = {nan, inf, -inf};
-  for (std::size_t k = 0; k < f.tensor.size(); k += 37) f.tensor[k] = bad[(k / 37) % 3];
+  break_every_37th(f);
   const PostprocessResult cpu = run_cpu(f, PostprocessConfig{});
   const PostprocessResult gpu = run_gpu(f, PostprocessConfig{});
   CHECK(gpu.num_above_threshold == cpu.num_above_threshold);
   require_same(gpu.detections, cpu.detections);
+  require_gpu_decode_matches_oracle(f);
   for (const Detection& d : gpu.detections) {
     CHECK(is_finite(d.score));
     CHECK((d.box.x1 >= 0.0f && d.box.x2 <= f.letterbox.src_w));
@@ -734,9 +879,16 @@ TEST_CASE("GPU NMS equals the CPU reference on random sets", "[gpu][ex3]") {
   INFO("n " << n << ", score levels " << score_levels << ", agnostic " << agnostic);
   const std::vector<Detection> greedy = nms_cpu(boxes, 0.5f, agnostic);
   if (n >= 63) CHECK(greedy.size() < boxes.size());  // clusters of 9 overlap: not vacuous
-  require_same(nms_gpu(boxes, 0.5f, agnostic, NmsVersion::v2_bitmask_greedy), greedy);
-  require_same(nms_gpu(boxes, 0.5f, agnostic, NmsVersion::v1_fast_parallel),
-               fast_nms_cpu(boxes, 0.5f, agnostic));
+  const std::vector<Detection> gpu_greedy =
+      nms_gpu(boxes, 0.5f, agnostic, NmsVersion::v2_bitmask_greedy);
+  const std::vector<Detection> gpu_fast =
+      nms_gpu(boxes, 0.5f, agnostic, NmsVersion::v1_fast_parallel);
+  require_same(gpu_greedy, greedy);
+  require_same(gpu_fast, fast_nms_cpu(boxes, 0.5f, agnostic));
+  // nms_cpu runs the same iou as the GPU (the learner's, in the exercise build): the oracle
+  // does not. (The CPU test above checks on these sets that the oracle equals nms_cpu.)
+  require_same(gpu_greedy, nms_double(boxes, 0.5f, agnostic, false));
+  require_same(gpu_fast, nms_double(boxes, 0.5f, agnostic, true));
 }
 
 TEST_CASE("GPU NMS: empty input, identical boxes, classes, and input order", "[gpu][ex3]") {
@@ -799,7 +951,7 @@ TEST_CASE("GPU: empty input gives empty output", "[gpu]") {
   }
 }
 
-TEST_CASE("GPU: the ground truth comes back from full-size outputs", "[gpu]") {
+TEST_CASE("GPU: the ground truth comes back from full-size outputs", "[gpu][ex2]") {
   const Layout layout = GENERATE(Layout::yolov5, Layout::yolov8);
   const int n = layout == Layout::yolov5 ? 25200 : 8400;  // a 640x640 input
   const Frame f = make_frame(layout, n, 80, 40, 25, 23);
