@@ -15,7 +15,7 @@ cold)
   L=$B/lessons/01-lazy-init-context/lesson01
   { date -u; nvidia-smi --query-gpu=name,pstate,clocks.sm,clocks.mem,persistence_mode,driver_version --format=csv; } > "$OUT/cold_state.txt" 2>&1
   $R $L > "$OUT/lesson01.txt" 2>&1; echo "lesson01 rc=$?" >> "$OUT/cold_state.txt"
-  for gap in 0 0 1 2 5 10 20 40; do
+  for gap in 0 0 2 5 10 30; do
     sleep $gap
     ms=$($R $L --child-first-call cudaGetDeviceCount 0 2>&1 | sed -n 's/^ms=//p')
     echo "idle gap ${gap} s before the process: cudaGetDeviceCount ${ms} ms" >> "$OUT/cold_decay.txt"
@@ -59,4 +59,13 @@ sanitize)
   $R compute-sanitizer --tool "$tool" --report-api-errors no --error-exitcode 1 "$exe" --require-gpu "$@" > "$OUT/sanitize_${tool}_$(basename "$exe").txt" 2>&1
   echo "sanitize $tool $(basename "$exe") rc=$?"; tail -3 "$OUT/sanitize_${tool}_$(basename "$exe").txt"
   ;;
+*) ;;
 esac
+# wrong: run each build-h200/wrong/NAME/EXE with the filter given in tools/device/wrong.list
+if [ "$stage" = wrong ]; then
+  while IFS='|' read -r name exe filter; do
+    [ -z "$name" ] && continue
+    $R $B/wrong/$name/$exe --require-gpu "$filter" > "$OUT/wrong_$name.txt" 2>&1; rc=$?
+    echo "wrong solution $name ($exe \"$filter\"): rc=$rc $(grep -E 'test cases' "$OUT/wrong_$name.txt" | tail -1)"
+  done < tools/device/wrong.list
+fi
