@@ -23,6 +23,7 @@
 
 #include "affine_warp.cuh"
 #include "common/memory.hpp"
+#include "common/stream.hpp"
 #include "common/testing.hpp"
 #include "cpu_pipeline.hpp"
 #include "image_io.hpp"
@@ -955,6 +956,63 @@ TEST_CASE("v4 batched: frames of different sizes, one tensor, each frame equals 
       const std::vector<float> expected = letterbox_reference(view_of(host[i]), 61, 47);
       CHECK(std::equal(expected.begin(), expected.end(), got.begin() + i * frame));
     }
+  }
+}
+
+TEST_CASE("device_table: reuse, eviction and streams keep every frame right", "[gpu][table]") {
+  const cv::Mat src = random_image(53, 41, 99);
+  const DeviceImage d = upload(src);
+  const Affine2x3 inv = opencv_inverse(forward_matrix(53, 41, 64, 48));
+  SECTION("the same geometry on the same stream finds the same device table") {
+    const WarpTableView a = device_table(inv, 64, 48, nullptr).view();
+    const WarpTableView b = device_table(inv, 64, 48, nullptr).view();
+    CHECK(a.column == b.column);
+    CHECK(a.row == a.column + 64);
+    // Its contents are make_warp_table's.
+    std::vector<int2> got(64 + 48);
+    REQUIRE(cudaMemcpy(got.data(), a.column, got.size() * sizeof(int2), cudaMemcpyDeviceToHost) ==
+            cudaSuccess);
+    const WarpTable host = make_warp_table(inv, 64, 48);
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      CHECK(got[i].x == host.terms[i].x);
+      CHECK(got[i].y == host.terms[i].y);
+    }
+  }
+  SECTION("more geometries than slots, all in flight at once: evicted slots wait for readers") {
+    const int n = kTableCacheSlots + 9;
+    std::vector<course::DeviceBuffer<float>> outs;
+    course::Stream stream;
+    for (int i = 0; i < n; ++i) {
+      const int dw = 16 + i, dh = 9 + (i * 7) % 40;
+      outs.emplace_back(3 * static_cast<std::size_t>(dw) * dh);
+      letterbox_v2_fused(d.view(), outs.back().data(), dw, dh, {}, stream);
+    }
+    stream.synchronize();
+    for (int i = 0; i < n; ++i) {
+      CAPTURE(i);
+      const int dw = 16 + i, dh = 9 + (i * 7) % 40;
+      CHECK(course::to_host(outs[i]) == letterbox_reference(view_of(src), dw, dh));
+    }
+  }
+  SECTION("two streams, one geometry: each stream has its own copy, both right") {
+    course::Stream a, b;
+    std::vector<course::DeviceBuffer<float>> outs;
+    for (int i = 0; i < 8; ++i) {
+      outs.emplace_back(3 * 64 * 48);
+      letterbox_v3_vec4(d.view(), outs.back().data(), 64, 48, {}, i % 2 ? a : b);
+    }
+    a.synchronize();
+    b.synchronize();
+    const std::vector<float> expected = letterbox_reference(view_of(src), 64, 48);
+    for (auto& o : outs) CHECK(course::to_host(o) == expected);
+  }
+  SECTION("holding every slot: the next request is refused, and works once one is released") {
+    std::vector<DeviceTable> held;
+    for (int i = 0; i < kTableCacheSlots; ++i)
+      held.push_back(device_table(inv, 10 + i, 10, nullptr));
+    CHECK_THROWS_AS(device_table(inv, 5, 5, nullptr), std::logic_error);
+    held.pop_back();
+    CHECK_NOTHROW(device_table(inv, 5, 5, nullptr));
   }
 }
 
