@@ -34,7 +34,7 @@ LESSONS = {
            [("versions_h200.png", r"BM_sum_version|BM_cub_sum/268435456|thrust", "GB/s", True,
              "Sum of 2^28 floats (GB/s)"),
             ("sweep_h200.png", r"BM_cub_sum|BM_sum_best", "GB/s", False, "v7 and CUB by size (GB/s)")]),
-    "06": ("06-affine-warp", [("Every benchmark", "", "GB/s,%copy,%unfused,frames/s,x_cpu")], []),
+    "06": ("06-affine-warp", [("Every benchmark", "", "GB/s,%copy,%unfused,latency_us,frames/s,x_cpu")], []),
     "07": ("07-gemm",
            [("Every version at 4096^3, the tensor cores, the fused epilogue", r"^all_versions|tensor|epilogue",
              "TFLOP/s,%cublas,%cublas_tf32,%peak"),

@@ -5,12 +5,15 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <sstream>
 #include <stdexcept>
 #include <string>
 #include <utility>
 
 #include "common/cuda_check.hpp"
+#include "common/memory.hpp"
+#include "common/stream.hpp"
 
 namespace lesson06 {
 
@@ -109,6 +112,90 @@ ChannelTransform channel_transform(const Normalize& norm) {
   return t;
 }
 
+// ------------------------------------------------------------------------ warp tables (host)
+
+WarpTable make_warp_table(const Affine2x3& dst_to_src, int dst_w, int dst_h, const char* who) {
+  validate_target(dst_w, dst_h, who);
+  validate_warp_range(dst_to_src, dst_w, dst_h, who);
+  const double* m = dst_to_src.m;
+  const double scale = static_cast<double>(1 << kCoordBits);     // OpenCV's AB_SCALE, 1024
+  const int round_half = 1 << (kCoordBits - kSubpixelBits - 1);  // its round_delta, 16
+  // std::lrint rounds half to even in the default rounding mode, as cvRound does. The order of
+  // the operations is OpenCV's: (m0 * x) * 1024 and (m1 * y + m2) * 1024, each a double rounding.
+  const auto fixed = [](double v) { return static_cast<int>(std::lrint(v)); };
+  WarpTable t;
+  t.dst_w = dst_w;
+  t.dst_h = dst_h;
+  t.terms.resize(static_cast<std::size_t>(dst_w) + dst_h);
+  int2* column = t.terms.data();
+  int2* row = column + dst_w;
+  for (int x = 0; x < dst_w; ++x) {
+    const double xd = x;
+    column[x] = make_int2(fixed(m[0] * xd * scale), fixed(m[3] * xd * scale));
+  }
+  for (int y = 0; y < dst_h; ++y) {
+    const double yd = y;
+    row[y] = make_int2(fixed((m[1] * yd + m[2]) * scale) + round_half,
+                       fixed((m[4] * yd + m[5]) * scale) + round_half);
+  }
+  return t;
+}
+
+SourceFootprint source_footprint(int src_w, int src_h, const Affine2x3& dst_to_src, int dst_w,
+                                 int dst_h) {
+  check_size(src_w, src_h, "source", "source_footprint");
+  const WarpTable t = make_warp_table(dst_to_src, dst_w, dst_h, "source_footprint");
+  const WarpTableView v = view_of(t);
+  // first[r], last[r]: the first and last source column a tap reads in source row r (-1: none).
+  std::vector<int> first(src_h, -1), last(src_h, -1);
+  const auto touch = [&](int row, int c0, int c1) {  // columns [c0, c1] of `row` are read
+    if (first[row] < 0 || c0 < first[row]) first[row] = c0;
+    if (c1 > last[row]) last[row] = c1;
+  };
+  const auto clip = [](int lo, int hi, int n, int* a, int* b) {  // [lo, hi] within [0, n)
+    *a = std::max(lo, 0);
+    *b = std::min(hi, n - 1);
+    return *a <= *b;
+  };
+  const double* m = dst_to_src.m;
+  if (m[1] == 0.0 && m[3] == 0.0) {
+    // Axis-aligned: the source column depends on x only and the row on y only, so the taps form
+    // a product of the columns some x reads and the rows some y reads.
+    int c_lo = src_w, c_hi = -1;
+    for (int x = 0; x < dst_w; ++x) {
+      int a = 0, b = 0;
+      const int sx = source_position(v, x, 0).x >> kSubpixelBits;
+      if (clip(sx, sx + 1, src_w, &a, &b)) c_lo = std::min(c_lo, a), c_hi = std::max(c_hi, b);
+    }
+    if (c_hi >= 0) {
+      for (int y = 0; y < dst_h; ++y) {
+        int a = 0, b = 0;
+        const int sy = source_position(v, 0, y).y >> kSubpixelBits;
+        if (clip(sy, sy + 1, src_h, &a, &b)) {
+          for (int r = a; r <= b; ++r) touch(r, c_lo, c_hi);
+        }
+      }
+    }
+  } else {
+    for (int y = 0; y < dst_h; ++y) {
+      for (int x = 0; x < dst_w; ++x) {
+        const SubpixelPos p = source_position(v, x, y);
+        const int sx = p.x >> kSubpixelBits, sy = p.y >> kSubpixelBits;
+        int c0 = 0, c1 = 0, r0 = 0, r1 = 0;
+        if (!clip(sx, sx + 1, src_w, &c0, &c1) || !clip(sy, sy + 1, src_h, &r0, &r1)) continue;
+        for (int r = r0; r <= r1; ++r) touch(r, c0, c1);
+      }
+    }
+  }
+  SourceFootprint f;
+  for (int r = 0; r < src_h; ++r) {
+    if (first[r] < 0) continue;
+    ++f.rows;
+    f.bytes += 3 * static_cast<std::size_t>(last[r] - first[r] + 1);
+  }
+  return f;
+}
+
 // ------------------------------------------------------------------------ DeviceImage
 
 DeviceImage::DeviceImage(int width, int height) : width_(width), height_(height) {
@@ -160,6 +247,158 @@ void DeviceImage::upload(const ImageView& host, cudaStream_t stream) {
                                cudaMemcpyHostToDevice, stream));
 }
 
+// ------------------------------------------------------------------------ DeviceTable
+
+namespace {
+
+// What a table depends on: the stream that reads it, the device, the matrix (bit for bit) and
+// the output size. Keying by stream keeps each slot's users on one stream, so "the stream has
+// passed the last launch that read it" is one event.
+struct TableKey {
+  cudaStream_t stream = nullptr;
+  int device = -1;
+  int dst_w = 0, dst_h = 0;
+  double m[6] = {};
+  bool operator==(const TableKey& o) const {
+    return stream == o.stream && device == o.device && dst_w == o.dst_w && dst_h == o.dst_h &&
+           std::memcmp(m, o.m, sizeof m) == 0;
+  }
+};
+
+struct TableSlot {
+  bool filled = false;
+  TableKey key;
+  int held = 0;                // live DeviceTables on this slot
+  std::uint64_t last_hit = 0;  // for least-recently-used replacement
+  course::DeviceBuffer<int2> device;
+  course::PinnedBuffer<int2> staging;              // the copy engine reads the upload from here
+  course::Event uploaded{cudaEventDisableTiming};  // after the copy out of `staging`
+  course::Event used{cudaEventDisableTiming};      // after the last launch that read `device`
+  bool upload_recorded = false, use_recorded = false;
+  int device_ordinal = -1;  // where `device` was allocated
+};
+
+// Enough for a 2048 x 2048 output without growing; growing reallocates (cudaMalloc blocks).
+constexpr std::size_t kMinTablePairs = 4096;
+
+class TableCache {
+ public:
+  TableSlot& slot(int i) { return slots_[i]; }
+
+  int acquire(const Affine2x3& inv, int dst_w, int dst_h, cudaStream_t stream) {
+    TableKey key;
+    key.stream = stream;
+    CUDA_CHECK(cudaGetDevice(&key.device));
+    key.dst_w = dst_w;
+    key.dst_h = dst_h;
+    std::memcpy(key.m, inv.m, sizeof key.m);
+    ++clock_;
+    for (int i = 0; i < kTableCacheSlots; ++i) {
+      TableSlot& s = slots_[i];
+      if (s.filled && s.key == key) {
+        ++s.held;
+        s.last_hit = clock_;
+        return i;
+      }
+    }
+    // A miss: build the table on the host (this validates), then refill the least recently used
+    // slot that nobody holds.
+    const WarpTable table = make_warp_table(inv, dst_w, dst_h, "device_table");
+    int victim = -1;
+    for (int i = 0; i < kTableCacheSlots; ++i) {
+      const TableSlot& s = slots_[i];
+      if (s.held > 0) continue;
+      if (!s.filled) {  // an empty slot first
+        victim = i;
+        break;
+      }
+      if (victim < 0 || s.last_hit < slots_[victim].last_hit) victim = i;
+    }
+    if (victim < 0) {
+      throw std::logic_error("device_table: all " + std::to_string(kTableCacheSlots) +
+                             " table slots of this thread are held; destroy DeviceTables after "
+                             "their launch");
+    }
+    TableSlot& s = slots_[victim];
+    s.filled = false;  // until the upload is enqueued
+    const std::size_t pairs = table.terms.size();
+    // The host rewrites `staging`: the copy engine must be done reading its previous upload.
+    if (s.upload_recorded) s.uploaded.synchronize();
+    // The device buffer: launches still reading the old table (on the old stream) come first.
+    if (s.use_recorded) CUDA_CHECK(cudaStreamWaitEvent(stream, s.used, 0));
+    if (s.device.size() < pairs || s.device_ordinal != key.device) {
+      const std::size_t n = std::max(pairs, kMinTablePairs);
+      if (s.use_recorded) s.used.synchronize();  // cudaFree must not pull memory from under it
+      s.device = course::DeviceBuffer<int2>(n);
+      s.staging = course::PinnedBuffer<int2>(n);
+      s.device_ordinal = key.device;
+    }
+    std::copy(table.terms.begin(), table.terms.end(), s.staging.data());
+    CUDA_CHECK(cudaMemcpyAsync(s.device.data(), s.staging.data(), pairs * sizeof(int2),
+                               cudaMemcpyHostToDevice, stream));
+    s.uploaded.record(stream);
+    s.upload_recorded = true;
+    s.key = key;
+    s.filled = true;
+    s.held = 1;
+    s.last_hit = clock_;
+    return victim;
+  }
+
+  void release(int i, cudaStream_t stream) noexcept {
+    TableSlot& s = slots_[i];
+    // Errors are ignored (a destructor calls this); a failed record leaves a sticky error that
+    // the next CUDA call reports.
+    if (cudaEventRecord(s.used, stream) == cudaSuccess) s.use_recorded = true;
+    --s.held;
+  }
+
+ private:
+  TableSlot slots_[kTableCacheSlots];
+  std::uint64_t clock_ = 0;
+};
+
+TableCache& thread_table_cache() {
+  thread_local TableCache cache;
+  return cache;
+}
+
+}  // namespace
+
+DeviceTable device_table(const Affine2x3& dst_to_src, int dst_w, int dst_h, cudaStream_t stream) {
+  TableCache& cache = thread_table_cache();
+  const int i = cache.acquire(dst_to_src, dst_w, dst_h, stream);
+  DeviceTable t;
+  t.slot_ = i;
+  const int2* base = cache.slot(i).device.data();
+  t.view_ = {base, base + dst_w};
+  return t;
+}
+
+DeviceTable::~DeviceTable() {
+  release();
+}
+
+DeviceTable::DeviceTable(DeviceTable&& other) noexcept
+    : view_(std::exchange(other.view_, WarpTableView{})), slot_(std::exchange(other.slot_, -1)) {}
+
+DeviceTable& DeviceTable::operator=(DeviceTable&& other) noexcept {
+  if (this != &other) {
+    release();
+    view_ = std::exchange(other.view_, WarpTableView{});
+    slot_ = std::exchange(other.slot_, -1);
+  }
+  return *this;
+}
+
+void DeviceTable::release() noexcept {
+  if (slot_ < 0) return;
+  TableCache& cache = thread_table_cache();
+  cache.release(slot_, cache.slot(slot_).key.stream);
+  slot_ = -1;
+  view_ = {};
+}
+
 // ======================================================================== kernels
 
 namespace {
@@ -175,16 +414,19 @@ dim3 grid_for(int dst_w, int dst_h, int pixels_per_thread, int frames = 1) {
 }
 
 // ---- v1: one thread per output pixel, HWC uint8 BGR out: cv::warpAffine on the GPU.
-// The matrix travels by value as a kernel parameter: parameters live in constant memory, and
-// every thread of a warp reading the same word is a broadcast (Programming Guide, "Function
-// Parameters" and "Constant Memory").
-__global__ void warp_affine_v1_kernel(ImageView src, Affine2x3 inv, std::uint8_t* __restrict__ dst,
-                                      int dst_w, int dst_h, std::uint8_t border) {
+// The image description and the two table pointers travel by value as kernel parameters:
+// parameters live in constant memory, and every thread of a warp reading the same word is a
+// broadcast (Programming Guide, "Function Parameters" and "Constant Memory"). The tables
+// themselves are in global memory (see DeviceTable): each thread reads its own column pair.
+// Per pixel: two table loads, two integer additions and shifts, the bilinear sample. No FP64.
+__global__ void warp_affine_v1_kernel(ImageView src, WarpTableView table,
+                                      std::uint8_t* __restrict__ dst, int dst_w, int dst_h,
+                                      std::uint8_t border) {
   const int x = blockIdx.x * blockDim.x + threadIdx.x;
   const int y = blockIdx.y * blockDim.y + threadIdx.y;
   if (x >= dst_w || y >= dst_h) return;
   std::uint8_t bgr[3];
-  warp_pixel_bgr(src, inv, x, y, border, bgr);
+  warp_pixel_bgr(src, table, x, y, border, bgr);
   std::uint8_t* out = dst + (static_cast<std::size_t>(y) * dst_w + x) * 3;
   out[0] = bgr[0];
   out[1] = bgr[1];
@@ -206,36 +448,39 @@ __global__ void hwc_u8_to_chw_f32_kernel(const std::uint8_t* __restrict__ src, i
 
 // ---- v2: fused. The same sample as v1, but the thread swaps BGR -> RGB, normalises and writes
 // straight into the three planes: one pass, no intermediate image, one launch.
-__global__ void letterbox_v2_fused_kernel(ImageView src, Affine2x3 inv, float* __restrict__ dst,
-                                          int dst_w, int dst_h, ChannelTransform t) {
+__global__ void letterbox_v2_fused_kernel(ImageView src, WarpTableView table,
+                                          float* __restrict__ dst, int dst_w, int dst_h,
+                                          ChannelTransform t) {
   const int x = blockIdx.x * blockDim.x + threadIdx.x;
   const int y = blockIdx.y * blockDim.y + threadIdx.y;
   if (x >= dst_w || y >= dst_h) return;
   std::uint8_t bgr[3];
-  warp_pixel_bgr(src, inv, x, y, kPadValue, bgr);
+  warp_pixel_bgr(src, table, x, y, kPadValue, bgr);
   const std::size_t plane = static_cast<std::size_t>(dst_w) * dst_h;
   store_rgb_planar(dst, plane, static_cast<std::size_t>(y) * dst_w + x, bgr, t);
 }
 
-// ---- v3: four neighbouring pixels per thread. The row terms of the source position are the
-// same for all four (the compiler computes them once), and each plane gets one 16-byte float4
-// store: a warp writes 512 contiguous bytes per plane with 32 instructions instead of 128.
+// ---- v3: four neighbouring pixels per thread. The row pair of the source position is the
+// same for all four (loaded once), and each plane gets one 16-byte float4 store: a warp writes
+// 512 contiguous bytes per plane with 32 instructions instead of 128.
 constexpr int kPixelsPerThread = 4;
 
 __device__ inline bool aligned16(const void* p) {
   return (reinterpret_cast<std::uintptr_t>(p) & 15u) == 0;
 }
 
-__device__ inline void letterbox_quad(const ImageView& src, const Affine2x3& inv, int x0, int y,
-                                      float* __restrict__ dst, int dst_w, int dst_h,
+__device__ inline void letterbox_quad(const ImageView& src, const WarpTableView& table, int x0,
+                                      int y, float* __restrict__ dst, int dst_w, int dst_h,
                                       const ChannelTransform& t) {
   float r[kPixelsPerThread], g[kPixelsPerThread], b[kPixelsPerThread];
+  const int2 row = detail::load_pair(table.row + y);
 #pragma unroll
   for (int k = 0; k < kPixelsPerThread; ++k) {
     // Past the right edge, recompute the last pixel rather than branch: its values are dropped.
     const int x = min(x0 + k, dst_w - 1);
     std::uint8_t bgr[3];
-    warp_pixel_bgr(src, inv, x, y, kPadValue, bgr);
+    bilinear_sample_bgr(src, subpixel_position(row, detail::load_pair(table.column + x)), kPadValue,
+                        bgr);
     r[k] = normalize_value(bgr[2], t, 0);
     g[k] = normalize_value(bgr[1], t, 1);
     b[k] = normalize_value(bgr[0], t, 2);
@@ -259,23 +504,25 @@ __device__ inline void letterbox_quad(const ImageView& src, const Affine2x3& inv
   }
 }
 
-__global__ void letterbox_v3_vec4_kernel(ImageView src, Affine2x3 inv, float* __restrict__ dst,
-                                         int dst_w, int dst_h, ChannelTransform t) {
+__global__ void letterbox_v3_vec4_kernel(ImageView src, WarpTableView table,
+                                         float* __restrict__ dst, int dst_w, int dst_h,
+                                         ChannelTransform t) {
   const int x0 = (blockIdx.x * blockDim.x + threadIdx.x) * kPixelsPerThread;
   const int y = blockIdx.y * blockDim.y + threadIdx.y;
   if (x0 >= dst_w || y >= dst_h) return;
-  letterbox_quad(src, inv, x0, y, dst, dst_w, dst_h, t);
+  letterbox_quad(src, table, x0, y, dst, dst_w, dst_h, t);
 }
 
 // ---- v4: a batch in one launch. blockIdx.z picks the frame; each frame's pointer, size, pitch
-// and inverse matrix travel in the kernel parameters (72 bytes a frame, 2.3 KB for 32: under
+// and table pointers travel in the kernel parameters (40 bytes a frame, 1.3 KB for 32: under
 // the 4 KB every CUDA 12 toolkit accepts). All threads of a block read the same descriptor: a
-// constant-bank broadcast, no global-memory table and no host-to-device copy before the launch.
+// constant-bank broadcast, no descriptor array in global memory. Each frame has its own matrix,
+// so its own table (frames of one size share one: the cache finds it).
 struct FrameParams {
   const std::uint8_t* data;
   int width, height;
   std::size_t pitch;
-  Affine2x3 inv;
+  WarpTableView table;
 };
 struct BatchParams {
   FrameParams frame[kMaxFramesPerLaunch];
@@ -289,7 +536,7 @@ __global__ void letterbox_v4_batched_kernel(BatchParams batch, float* __restrict
   const FrameParams& f = batch.frame[blockIdx.z];
   const ImageView src{f.data, f.width, f.height, 3, f.pitch};
   float* frame_dst = dst + static_cast<std::size_t>(blockIdx.z) * 3 * dst_w * dst_h;
-  letterbox_quad(src, f.inv, x0, y, frame_dst, dst_w, dst_h, t);
+  letterbox_quad(src, f.table, x0, y, frame_dst, dst_w, dst_h, t);
 }
 
 // The geometry of one frame: the letterbox and the inverse matrix the kernels use.
@@ -325,8 +572,11 @@ void warp_affine_v1(const ImageView& src, const Affine2x3& dst_to_src, std::uint
   validate_target(dst_w, dst_h, "warp_affine_v1");
   check_destination(dst, "warp_affine_v1");
   validate_warp_range(dst_to_src, dst_w, dst_h, "warp_affine_v1");
+  // The tables (built on the host once per geometry) outlive the launch: `table` is destroyed
+  // after it, which lets the cache reuse the memory only once the stream has passed the kernel.
+  const DeviceTable table = device_table(dst_to_src, dst_w, dst_h, stream);
   warp_affine_v1_kernel<<<grid_for(dst_w, dst_h, 1), dim3(kBlockX, kBlockY), 0, stream>>>(
-      src, dst_to_src, dst, dst_w, dst_h, border);
+      src, table.view(), dst, dst_w, dst_h, border);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -351,8 +601,9 @@ void hwc_u8_to_chw_f32(const std::uint8_t* src, int w, int h, float* dst, const 
 Letterbox letterbox_v2_fused(const ImageView& src, float* dst, int dst_w, int dst_h,
                              const Normalize& norm, cudaStream_t stream) {
   const Prepared p = validate_and_prepare(src, dst, dst_w, dst_h, norm, "letterbox_v2_fused");
+  const DeviceTable table = device_table(p.inv, dst_w, dst_h, stream);
   letterbox_v2_fused_kernel<<<grid_for(dst_w, dst_h, 1), dim3(kBlockX, kBlockY), 0, stream>>>(
-      src, p.inv, dst, dst_w, dst_h, channel_transform(norm));
+      src, table.view(), dst, dst_w, dst_h, channel_transform(norm));
   CUDA_CHECK_LAUNCH();
   return p.lb;
 }
@@ -360,8 +611,10 @@ Letterbox letterbox_v2_fused(const ImageView& src, float* dst, int dst_w, int ds
 Letterbox letterbox_v3_vec4(const ImageView& src, float* dst, int dst_w, int dst_h,
                             const Normalize& norm, cudaStream_t stream) {
   const Prepared p = validate_and_prepare(src, dst, dst_w, dst_h, norm, "letterbox_v3_vec4");
+  const DeviceTable table = device_table(p.inv, dst_w, dst_h, stream);
   letterbox_v3_vec4_kernel<<<grid_for(dst_w, dst_h, kPixelsPerThread), dim3(kBlockX, kBlockY), 0,
-                             stream>>>(src, p.inv, dst, dst_w, dst_h, channel_transform(norm));
+                             stream>>>(src, table.view(), dst, dst_w, dst_h,
+                                       channel_transform(norm));
   CUDA_CHECK_LAUNCH();
   return p.lb;
 }
@@ -388,9 +641,12 @@ std::vector<Letterbox> letterbox_v4_batched(const std::vector<ImageView>& frames
     const int count =
         static_cast<int>(std::min<std::size_t>(kMaxFramesPerLaunch, frames.size() - first));
     BatchParams batch{};
+    std::vector<DeviceTable> tables;  // one per frame (frames of one size share a slot)
+    tables.reserve(count);
     for (int i = 0; i < count; ++i) {
       const ImageView& f = frames[first + i];
-      batch.frame[i] = {f.data, f.width, f.height, f.pitch, prepared[first + i].inv};
+      tables.push_back(device_table(prepared[first + i].inv, dst_w, dst_h, stream));
+      batch.frame[i] = {f.data, f.width, f.height, f.pitch, tables.back().view()};
     }
     letterbox_v4_batched_kernel<<<grid_for(dst_w, dst_h, kPixelsPerThread, count),
                                   dim3(kBlockX, kBlockY), 0, stream>>>(
@@ -408,12 +664,13 @@ std::vector<std::uint8_t> warp_affine_reference(const ImageView& src, const Affi
                                                 int dst_w, int dst_h, std::uint8_t border) {
   validate_source(src, "warp_affine_reference");
   validate_target(dst_w, dst_h, "warp_affine_reference");
-  validate_warp_range(dst_to_src, dst_w, dst_h, "warp_affine_reference");
+  // The same host tables the launchers upload: the CPU and GPU paths share them.
+  const WarpTable table = make_warp_table(dst_to_src, dst_w, dst_h, "warp_affine_reference");
+  const WarpTableView v = view_of(table);
   std::vector<std::uint8_t> out(3 * static_cast<std::size_t>(dst_w) * dst_h);
   for (int y = 0; y < dst_h; ++y) {
     for (int x = 0; x < dst_w; ++x) {
-      warp_pixel_bgr(src, dst_to_src, x, y, border,
-                     &out[3 * (static_cast<std::size_t>(y) * dst_w + x)]);
+      warp_pixel_bgr(src, v, x, y, border, &out[3 * (static_cast<std::size_t>(y) * dst_w + x)]);
     }
   }
   return out;
@@ -453,13 +710,15 @@ std::vector<float> letterbox_reference(const ImageView& src, int dst_w, int dst_
   validate_target(dst_w, dst_h, "letterbox_reference");
   validate_normalize(norm, "letterbox_reference");
   const Prepared p = prepare(src, dst_w, dst_h, "letterbox_reference");
+  const WarpTable table = make_warp_table(p.inv, dst_w, dst_h, "letterbox_reference");
+  const WarpTableView v = view_of(table);
   const ChannelTransform t = channel_transform(norm);
   const std::size_t plane = static_cast<std::size_t>(dst_w) * dst_h;
   std::vector<float> out(3 * plane);
   for (int y = 0; y < dst_h; ++y) {
     for (int x = 0; x < dst_w; ++x) {
       std::uint8_t bgr[3];
-      warp_pixel_bgr(src, p.inv, x, y, kPadValue, bgr);
+      warp_pixel_bgr(src, v, x, y, kPadValue, bgr);
       store_rgb_planar(out.data(), plane, static_cast<std::size_t>(y) * dst_w + x, bgr, t);
     }
   }

@@ -21,6 +21,9 @@
 // The sampling reproduces OpenCV's fixed-point cv::warpAffine (INTER_LINEAR, BORDER_CONSTANT)
 // exactly: source positions on a 1/32-pixel grid, integer weights. The oracle is cv::warpAffine
 // with the matrix letterbox_matrix() returns; the tolerance is 1 grey level on uint8 output.
+// Like OpenCV, every version takes the positions from per-column and per-row fixed-point tables
+// that the host builds once per geometry, in double (make_warp_table): the kernels do integer
+// arithmetic only, no FP64 per pixel.
 #pragma once
 
 #include <cuda_fp16.h>
@@ -144,32 +147,50 @@ struct SubpixelPos {
   int x, y;
 };
 
+// ------------------------------------------- OpenCV's fixed-point tables (host, once per geometry)
+//
+// cv::warpAffine never evaluates the matrix per pixel. Before it touches a pixel it tabulates,
+// in double, one pair of terms per output column and one per output row (OpenCV 4.x,
+// modules/imgproc/src/imgwarp.cpp: warpAffine's `adelta`/`bdelta`, WarpAffineInvoker's
+// `X0`/`Y0`), and every pixel is then two integer additions and two shifts. We do the same: the
+// host builds the tables once per geometry, the kernels and the CPU reference only add and shift.
+// For the inverse (destination -> source) matrix m and a dst_w x dst_h output, in 1/1024 pixel:
+//   column[x] = ( round(m0 * x * 1024),  round(m3 * x * 1024) )                  0 <= x < dst_w
+//   row[y]    = ( round((m1 * y + m2) * 1024) + 16,  round((m4 * y + m5) * 1024) + 16 )
+//                                                                                 0 <= y < dst_h
+// round is round-half-to-even (OpenCV's cvRound; std::lrint); every * and + is its own double
+// rounding, in exactly this order, as OpenCV computes them, so the ints are OpenCV's own. (A
+// compiler that fused m1 * y + m2 into one FMA would change a last bit and, through the 1/32 grid
+// below, a sample: the build passes -ffp-contract=off to the host compiler.) The +16 (half of
+// 1/32 in 1/1024) makes the >> 5 of source_position round to nearest.
+
+// The two tables of one geometry, in host memory. Filled by make_warp_table.
+struct WarpTable {
+  int dst_w = 0, dst_h = 0;
+  // dst_w column pairs, then dst_h row pairs; .x for the source x, .y for the source y.
+  std::vector<int2> terms;
+  const int2* column() const { return terms.data(); }
+  const int2* row() const { return terms.data() + dst_w; }
+};
+
+// The tables of `dst_to_src` (the INVERSE matrix) for a dst_w x dst_h output: 2 * (dst_w + dst_h)
+// ints (10 KiB for 640x640). Throws std::invalid_argument (naming `who`) if the target size is
+// outside [1, kMaxDimension] or validate_warp_range rejects the matrix (a NaN/inf entry, or a
+// reach beyond kMaxSourceReach, where the int terms would overflow).
+WarpTable make_warp_table(const Affine2x3& dst_to_src, int dst_w, int dst_h,
+                          const char* who = "make_warp_table");
+
+// The tables as the per-pixel functions read them: two pointers into host or device memory
+// (column: dst_w pairs, row: dst_h pairs). Passed to kernels by value (16 bytes).
+struct WarpTableView {
+  const int2* column = nullptr;
+  const int2* row = nullptr;
+};
+inline WarpTableView view_of(const WarpTable& t) {
+  return {t.column(), t.row()};
+}
+
 namespace detail {
-// Round-to-nearest-even double -> int, and double products/sums that are never fused into an
-// FMA: OpenCV computes these on the CPU as separate roundings, and the grid below turns a
-// last-bit difference into a different 1/32 cell. nvcc contracts a*b+c into an FMA by default
-// (--fmad=true), so the device side spells the rounding out with intrinsics.
-__host__ __device__ inline int round_to_int(double v) {
-#ifdef __CUDA_ARCH__
-  return __double2int_rn(v);
-#else
-  return static_cast<int>(std::lrint(v));
-#endif
-}
-__host__ __device__ inline double mul_rn(double a, double b) {
-#ifdef __CUDA_ARCH__
-  return __dmul_rn(a, b);
-#else
-  return a * b;
-#endif
-}
-__host__ __device__ inline double add_rn(double a, double b) {
-#ifdef __CUDA_ARCH__
-  return __dadd_rn(a, b);
-#else
-  return a + b;
-#endif
-}
 __host__ __device__ inline std::uint8_t load_u8(const std::uint8_t* p) {
 #ifdef __CUDA_ARCH__
   return __ldg(p);  // the read-only data path: the four taps of neighbouring threads overlap
@@ -177,31 +198,28 @@ __host__ __device__ inline std::uint8_t load_u8(const std::uint8_t* p) {
   return *p;
 #endif
 }
+__host__ __device__ inline int2 load_pair(const int2* p) {
+#ifdef __CUDA_ARCH__
+  return __ldg(p);  // a warp reads 32 consecutive column pairs: one 256-byte, L1-cached request
+#else
+  return *p;
+#endif
+}
 }  // namespace detail
 
-// Where destination pixel (x, y) samples the source, on OpenCV's 1/32 grid, given the inverse
-// (destination -> source) matrix. Reproduces cv::warpAffine's fixed-point arithmetic bit for
-// bit: each term is rounded to 1/1024 pixel, the sum to 1/32 (the +16 rounds to nearest).
-// FP64 on purpose: OpenCV computes the terms in double. On GPUs with slow FP64 (GeForce) this
-// costs a few FP64 operations per pixel; the kernels stay memory-bound.
-// The terms are ints, as in OpenCV: the matrix must keep every pixel within kMaxSourceReach
-// source pixels (validate_warp_range; every launcher and reference checks it on the host, so
-// the per-pixel code stays 32-bit).
-__host__ __device__ inline SubpixelPos source_position(const Affine2x3& inv, int x, int y) {
-  using detail::add_rn;
-  using detail::mul_rn;
-  using detail::round_to_int;
-  const double scale = static_cast<double>(1 << kCoordBits);
-  const int round_half = 1 << (kCoordBits - kSubpixelBits - 1);  // 16: round, not floor
-  const double xd = static_cast<double>(x), yd = static_cast<double>(y);
-  // The x term depends on the column only, the row term on the row only (OpenCV tabulates them).
-  const int ax = round_to_int(mul_rn(mul_rn(inv.m[0], xd), scale));
-  const int ay = round_to_int(mul_rn(mul_rn(inv.m[3], xd), scale));
-  const int row_x = round_to_int(mul_rn(add_rn(mul_rn(inv.m[1], yd), inv.m[2]), scale));
-  const int row_y = round_to_int(mul_rn(add_rn(mul_rn(inv.m[4], yd), inv.m[5]), scale));
-  // Arithmetic shifts: floor division, also for positions left of / above the image.
-  return {(row_x + round_half + ax) >> (kCoordBits - kSubpixelBits),
-          (row_y + round_half + ay) >> (kCoordBits - kSubpixelBits)};
+// Where a pixel samples the source, on OpenCV's 1/32 grid, from its row and column terms:
+// integer only (OpenCV's warpAffineBlockline: (X0 + adelta[x]) >> (AB_BITS - INTER_BITS)).
+// Arithmetic shifts: floor division, also for positions left of / above the image. The sum
+// cannot overflow: validate_warp_range keeps it within 2^31 (see kMaxSourceReach).
+__host__ __device__ inline SubpixelPos subpixel_position(int2 row, int2 column) {
+  return {(row.x + column.x) >> (kCoordBits - kSubpixelBits),
+          (row.y + column.y) >> (kCoordBits - kSubpixelBits)};
+}
+
+// Where destination pixel (x, y) samples the source: bit for bit cv::warpAffine's position.
+// `t` must hold the tables of a dst_w x dst_h geometry with x < dst_w, y < dst_h (not checked).
+__host__ __device__ inline SubpixelPos source_position(const WarpTableView& t, int x, int y) {
+  return subpixel_position(detail::load_pair(t.row + y), detail::load_pair(t.column + x));
 }
 
 // Bilinear sample of a BGR image at a 1/32-grid position, with a constant border: taps outside
@@ -231,9 +249,9 @@ __host__ __device__ inline void bilinear_sample_bgr(const ImageView& src, Subpix
 
 // One destination pixel of a warp: where it samples, then the sample. The kernels are loops
 // around this; the CPU reference is the same loop on the host.
-__host__ __device__ inline void warp_pixel_bgr(const ImageView& src, const Affine2x3& inv, int x,
+__host__ __device__ inline void warp_pixel_bgr(const ImageView& src, const WarpTableView& t, int x,
                                                int y, std::uint8_t border, std::uint8_t out[3]) {
-  bilinear_sample_bgr(src, source_position(inv, x, y), border, out);
+  bilinear_sample_bgr(src, source_position(t, x, y), border, out);
 }
 
 // EXERCISE 2. bilinear_sample_bgr with a replicated border (cv::BORDER_REPLICATE): a tap
@@ -280,6 +298,54 @@ class DeviceImage {
   std::size_t pitch_ = 0;
   int width_ = 0, height_ = 0;
 };
+
+// A warp table in device memory, for kernels enqueued on one stream. The launchers get theirs
+// from device_table(); so can your own launcher (exercise 4).
+//
+// Where the table lives, and why: a warp reads 32 consecutive column pairs (256 bytes) and one
+// row pair, so the tables go in global memory, read through the read-only path (__ldg), where a
+// warp's column read is one coalesced request that stays in L1/L2 for the rest of the frame.
+// Kernel parameters and __constant__ memory sit in the constant bank, which serves one address
+// per request and serialises a warp whose threads read 32 different ones (Programming Guide,
+// "Constant Memory"); a 640x640 table is also 10 KiB, over the 4 KB of parameters every CUDA 12
+// toolkit accepts, and a batch needs one per frame.
+//
+// Lifetime: move-only. While it lives, its device memory is reserved. Destroy it after the launch
+// that reads it: the destructor records an event on its stream, and the memory is reused only
+// after the stream has passed that point, so kernels enqueued before never see it change.
+// Destroy it on the host thread that made it (the cache is per thread).
+class DeviceTable {
+ public:
+  DeviceTable() = default;
+  ~DeviceTable();
+  DeviceTable(const DeviceTable&) = delete;
+  DeviceTable& operator=(const DeviceTable&) = delete;
+  DeviceTable(DeviceTable&& other) noexcept;
+  DeviceTable& operator=(DeviceTable&& other) noexcept;
+
+  WarpTableView view() const noexcept { return view_; }
+
+ private:
+  friend DeviceTable device_table(const Affine2x3&, int, int, cudaStream_t);
+  void release() noexcept;
+  WarpTableView view_{};
+  int slot_ = -1;
+};
+
+// How many tables each host thread keeps in device memory (at most that many DeviceTables may
+// live at once on one thread; a v4 launch holds kMaxFramesPerLaunch of them).
+constexpr int kTableCacheSlots = 64;
+
+// The device copy of the tables of (dst_to_src, dst_w, dst_h) for work enqueued on `stream`.
+// Each host thread keeps the last kTableCacheSlots (stream, device, matrix, size) tables in
+// device memory: the frames of one camera share one geometry, so their table is built
+// (make_warp_table, on the host) and uploaded (cudaMemcpyAsync from pinned memory, on `stream`)
+// once, and every later frame finds it. A new geometry never makes the host wait for kernels;
+// it waits only for a previous upload of the slot it reuses, and allocates (cudaMalloc, which
+// blocks) only the first time a slot needs more room. Throws std::invalid_argument as
+// make_warp_table does, std::logic_error if kTableCacheSlots tables are already held, CudaError
+// if an allocation or the copy fails.
+DeviceTable device_table(const Affine2x3& dst_to_src, int dst_w, int dst_h, cudaStream_t stream);
 
 // ------------------------------------------------------------------------ launchers (async)
 //
@@ -358,5 +424,23 @@ constexpr double kMaxSourceReach = 2.0e6;
 // source_position can add up to) stay within kMaxSourceReach; also for a NaN or inf entry.
 void validate_warp_range(const Affine2x3& dst_to_src, int dst_w, int dst_h, const char* who);
 void validate_normalize(const Normalize& norm, const char* who);
+
+// ------------------------------------------------------------------------ traffic (host)
+
+// The source bytes one frame's taps really read, for honest GB/s: the kernels read only the
+// rows their 2x2 taps land on (at exactly 3x downscale two of every three, and none for the
+// padding rows). rows: distinct source rows that at least one in-image tap reads; bytes: the sum
+// over those rows of 3 x (last - first touched column + 1), i.e. each touched row counted from
+// its first to its last touched pixel (the skipped columns in between are closer together than a
+// 32-byte DRAM sector below ~10x downscale, so the memory system fetches them anyway). Taps with
+// weight 0 count: bilinear_sample_bgr reads all four. Axis-aligned matrices (m1 = m3 = 0, every
+// letterbox) cost O(dst_w + dst_h); others enumerate every pixel. Throws as make_warp_table does,
+// and std::invalid_argument for a source size outside [1, kMaxDimension].
+struct SourceFootprint {
+  int rows = 0;
+  std::size_t bytes = 0;
+};
+SourceFootprint source_footprint(int src_w, int src_h, const Affine2x3& dst_to_src, int dst_w,
+                                 int dst_h);
 
 }  // namespace lesson06

@@ -2,9 +2,10 @@
 // the tests tagged [ex1] ... [ex4] check your work (run one with
 // `build/lessons/06-affine-warp/lesson06_exercise_tests "[ex2]"`).
 //
-// Everything declared in affine_warp.cuh is yours to use: make_letterbox, source_position,
-// bilinear_sample_bgr, warp_pixel_bgr, channel_transform, normalize_value, validate_source,
-// validate_target, validate_normalize, course::CudaError via CUDA_CHECK / CUDA_CHECK_LAUNCH.
+// Everything declared in affine_warp.cuh is yours to use: make_letterbox, make_warp_table,
+// device_table, source_position, bilinear_sample_bgr, warp_pixel_bgr, channel_transform,
+// normalize_value, validate_source, validate_target, validate_normalize, course::CudaError via
+// CUDA_CHECK / CUDA_CHECK_LAUNCH.
 // The solutions are in solutions.cuh; try first.
 #include <stdexcept>
 
@@ -41,9 +42,9 @@ namespace {
 // - Compute in exactly this order: D first, then each entry as (entry * D), then the
 //   translation as -A11 * c - A12 * f. The kernels quantise positions to 1/32 pixel, so a
 //   last-bit difference from OpenCV's arithmetic can move a sample to the next grid cell.
-// - Both run on the host only here (the launchers pass the inverse to the kernel as an
-//   argument). In device code nvcc would contract a * e - b * d into one FMA and change that
-//   last bit; detail::mul_rn / add_rn in affine_warp.cuh are the guard if you ever need them there.
+// - Both run on the host only here (the launchers turn the inverse into the fixed-point
+//   tables of make_warp_table, on the host). In device code nvcc would contract a * e - b * d
+//   into one FMA and change that last bit; __dmul_rn / __dadd_rn would be the guard there.
 __host__ __device__ Affine2x3 letterbox_matrix(const Letterbox& lb, bool half_pixel) {
   (void)lb;
   (void)half_pixel;
@@ -94,11 +95,13 @@ __host__ __device__ Box unletterbox_box(const Box& b, const Letterbox& lb) {
 // - Copy the shape of letterbox_v2_fused (affine_warp.cu): validate (validate_source,
 //   validate_target, a null dst, validate_normalize), make_letterbox, then the inverse matrix
 //   invert_affine(letterbox_matrix(lb)) and validate_warp_range(inv, dst_w, dst_h, who) (an
-//   absurd aspect ratio would overflow the kernel's int arithmetic), then launch one thread per
-//   output pixel.
-// - In the kernel: warp_pixel_bgr(src, inv, x, y, kPadValue, bgr), then plane c = 0, 1, 2 takes
-//   bgr[2 - c] (BGR -> RGB), normalize_value(..., t, c) in float, and __float2half_rn once.
-// - Pass ImageView, Affine2x3 and ChannelTransform to the kernel by value.
+//   absurd aspect ratio would overflow the kernel's int arithmetic), then the device copy of its
+//   tables, `const DeviceTable table = device_table(inv, dst_w, dst_h, stream);` (keep it alive
+//   until after the launch), then launch one thread per output pixel.
+// - In the kernel: warp_pixel_bgr(src, table, x, y, kPadValue, bgr) with table = the
+//   WarpTableView, then plane c = 0, 1, 2 takes bgr[2 - c] (BGR -> RGB),
+//   normalize_value(..., t, c) in float, and __float2half_rn once. No double in the kernel.
+// - Pass ImageView, WarpTableView (table.view()) and ChannelTransform to the kernel by value.
 // - Check the launch with CUDA_CHECK_LAUNCH() and return the Letterbox.
 Letterbox letterbox_fp16(const ImageView& src, __half* dst, int dst_w, int dst_h,
                          const Normalize& norm, cudaStream_t stream) {

@@ -25,6 +25,7 @@
 #include "common/memory.hpp"
 #include "common/process.hpp"
 #include "common/stream.hpp"
+#include "common/timing.hpp"
 #include "cpu_pipeline.hpp"
 #include "common/image_io.hpp"
 #include "image_io.hpp"
@@ -47,15 +48,17 @@ bool parse_size(const std::string& text, int* width, int* height) {
          *height >= 1;
 }
 
-// Median GPU time of `runs` repetitions of what enqueue() puts on the stream, after a warm-up.
+// GPU time (launch latency excluded) and end-to-end latency (host call to completion) of what
+// enqueue() puts on the stream, medians of `runs` samples each, with the L2 flushed before every
+// sample (course::measure, common/timing.hpp): the frame comes from DRAM, as a frame written
+// long before would.
+struct Times {
+  double gpu_us, latency_us;
+};
 template <class F>
-double median_gpu_us(cudaStream_t stream, int runs, F&& enqueue) {
-  enqueue();
-  CUDA_CHECK(cudaStreamSynchronize(stream));
-  std::vector<double> us;
-  for (int i = 0; i < runs; ++i) us.push_back(1e3 * course::time_on_stream_ms(stream, enqueue));
-  std::sort(us.begin(), us.end());
-  return us[us.size() / 2];
+Times median_times_us(cudaStream_t stream, int runs, F&& enqueue) {
+  const course::Timing t = course::measure(stream, runs, enqueue, course::L2::flushed, true);
+  return {1e3 * t.gpu_ms, 1e3 * t.latency_ms};
 }
 
 template <class F>
@@ -89,7 +92,8 @@ cv::Mat panel(const cv::Mat& img, const std::string& caption) {
 
 int run(const Options& opt) {
   const course::DeviceInfo dev = course::query_device(0);
-  std::printf("%s\n\n", course::summary(dev).c_str());
+  std::printf("%s\n", course::summary(dev).c_str());
+  std::printf("Clocks: %s\n\n", course::describe(course::read_gpu_clocks(0)).c_str());
   int failures = 0;
   const auto verdict = [&](bool ok) {
     failures += ok ? 0 : 1;
@@ -233,62 +237,85 @@ int run(const Options& opt) {
       net.x1, net.y1, net.x2, net.y2, back.x1, back.y1, back.x2, back.y2, src.cols, src.rows);
 
   // ---- 6. Timings: a quick look; `make bench` measures properly.
-  const double src_bytes = 3.0 * src.cols * src.rows;
-  const double f32_bytes = 3.0 * 4 * pixels;
+  // Bytes a kernel really moves: the source rows its taps read (source_footprint: at 3x
+  // downscale two rows of every three, nothing for the padding) plus what it writes.
+  const SourceFootprint fp = source_footprint(src.cols, src.rows, inv, opt.width, opt.height);
+  const double src_read = static_cast<double>(fp.bytes);
+  const double u8_bytes = 3.0 * pixels, f32_bytes = 3.0 * 4 * pixels;
+  // The host frame in pinned memory: the copy engine reads it directly and cudaMemcpy2DAsync
+  // returns at once (from pageable memory the driver would stage it through a pinned buffer).
+  course::PinnedBuffer<std::uint8_t> pinned(3 * static_cast<std::size_t>(src.cols) * src.rows);
+  cv::Mat pinned_frame(src.rows, src.cols, CV_8UC3, pinned.data());
+  src.copyTo(pinned_frame);
+  const ImageView host_frame = view_of(pinned_frame);
   struct Row {
     const char* what;
-    double us, bytes;
+    Times t;
+    double bytes;  // 0: not a device-memory figure
   };
   const int runs = 51;
+  const auto run_v2 = [&] {
+    letterbox_v2_fused(d_src.view(), d_f32.data(), opt.width, opt.height, norm, stream);
+  };
   std::vector<Row> rows = {
       {"v1 warp, uint8 HWC out",
-       median_gpu_us(
+       median_times_us(
            stream, runs,
            [&] { letterbox_v1_u8(d_src.view(), d_u8.data(), opt.width, opt.height, stream); }),
-       src_bytes + 3.0 * pixels},
+       src_read + u8_bytes},
       {"unfused: v1 + hwc_u8_to_chw_f32",
-       median_gpu_us(stream, runs,
-                     [&] {
-                       letterbox_v1_u8(d_src.view(), d_u8.data(), opt.width, opt.height, stream);
-                       hwc_u8_to_chw_f32(d_u8.data(), opt.width, opt.height, d_f32.data(), norm,
-                                         stream);
-                     }),
-       src_bytes + f32_bytes},
-      {"v2 fused",
-       median_gpu_us(stream, runs,
-                     [&] {
-                       letterbox_v2_fused(d_src.view(), d_f32.data(), opt.width, opt.height, norm,
-                                          stream);
-                     }),
-       src_bytes + f32_bytes},
+       median_times_us(stream, runs,
+                       [&] {
+                         letterbox_v1_u8(d_src.view(), d_u8.data(), opt.width, opt.height, stream);
+                         hwc_u8_to_chw_f32(d_u8.data(), opt.width, opt.height, d_f32.data(), norm,
+                                           stream);
+                       }),
+       src_read + 2 * u8_bytes + f32_bytes},  // the intermediate is written, then read
+      {"v2 fused", median_times_us(stream, runs, run_v2), src_read + f32_bytes},
       {"v3 fused, 4 px/thread",
-       median_gpu_us(stream, runs,
-                     [&] {
-                       letterbox_v3_vec4(d_src.view(), d_f32.data(), opt.width, opt.height, norm,
-                                         stream);
-                     }),
-       src_bytes + f32_bytes},
+       median_times_us(stream, runs,
+                       [&] {
+                         letterbox_v3_vec4(d_src.view(), d_f32.data(), opt.width, opt.height, norm,
+                                           stream);
+                       }),
+       src_read + f32_bytes},
+      {"upload (pinned) + v2 fused",
+       median_times_us(stream, runs,
+                       [&] {
+                         d_src.upload(host_frame, stream);
+                         run_v2();
+                       }),
+       0.0},
   };
   const double cpu_us =
       median_cpu_us(11, [&] { opencv.run(src, opt.width, opt.height, norm, cpu.data()); });
+  const Row& v2_row = rows[2];
+  const Row& upload_row = rows.back();
   std::printf(
-      "6. Time for one %dx%d frame (GPU: CUDA events, median of %d; data in L2 after the\n"
-      "   first run, so `make bench` is the number to quote):\n",
-      src.cols, src.rows, runs);
-  std::printf("   %-34s %10s %10s %12s\n", "version", "time (us)", "GB/s", "vs CPU");
+      "6. Time for one %dx%d frame, medians of %d, L2 flushed before every sample. GPU time:\n"
+      "   the kernels' own (launch latency excluded); latency: host call to completion.\n"
+      "   GB/s counts the %.2f MB the taps read (%d of the %d source rows) and what is written.\n",
+      src.cols, src.rows, runs, src_read / 1e6, fp.rows, src.rows);
+  std::printf("   %-34s %10s %12s %9s\n", "version", "GPU (us)", "latency (us)", "GB/s");
   for (const Row& r : rows) {
-    std::printf("   %-34s %10.1f %10.1f %11.1fx\n", r.what, r.us, r.bytes / r.us / 1e3,
-                cpu_us / r.us);
-    if (std::string(r.what) == "v2 fused") {
-      course::add_headline("fused letterbox %.1f us per frame, %.0fx the OpenCV CPU pipeline", r.us,
-                           cpu_us / r.us);
+    if (r.bytes > 0) {
+      std::printf("   %-34s %10.1f %12.1f %9.1f\n", r.what, r.t.gpu_us, r.t.latency_us,
+                  r.bytes / r.t.gpu_us / 1e3);
+    } else {
+      std::printf("   %-34s %10.1f %12.1f %9s\n", r.what, r.t.gpu_us, r.t.latency_us, "-");
     }
   }
-  std::printf("   %-34s %10.1f %10s %12s\n", "OpenCV pipeline on the CPU", cpu_us, "-", "1.0x");
+  std::printf("   %-34s %10s %12.1f %9s\n", "OpenCV pipeline on the CPU", "-", cpu_us, "-");
   std::printf(
-      "   (GB/s counts the source read once and the output written once; the CPU pipeline\n"
-      "    ran with %d OpenCV threads)\n\n",
-      cv::getNumThreads());
+      "   Like with like: the CPU pipeline starts from a frame in host memory, so its match is\n"
+      "   the upload + v2 row: %.1f us end to end, %.1fx faster than the CPU's %.1f us (%d\n"
+      "   OpenCV threads). The device-resident rows assume a frame already on the GPU (NVDEC\n"
+      "   output, GPUDirect capture).\n\n",
+      upload_row.t.latency_us, cpu_us / upload_row.t.latency_us, cpu_us, cv::getNumThreads());
+  course::add_headline(
+      "letterbox from a pinned host frame %.1f us end to end (%.1fx the OpenCV CPU pipeline); "
+      "device-resident frame %.1f us GPU time",
+      upload_row.t.latency_us, cpu_us / upload_row.t.latency_us, v2_row.t.gpu_us);
 
   // ---- 7. Pictures.
   cv::Mat diff, naive_diff;

@@ -60,13 +60,13 @@ __host__ __device__ Box unletterbox_box(const Box& b, const Letterbox& lb) {
 
 // Exercise 4: the fused letterbox with an FP16 output.
 namespace {
-__global__ void letterbox_fp16_kernel(ImageView src, Affine2x3 inv, __half* __restrict__ dst,
+__global__ void letterbox_fp16_kernel(ImageView src, WarpTableView table, __half* __restrict__ dst,
                                       int dst_w, int dst_h, ChannelTransform t) {
   const int x = blockIdx.x * blockDim.x + threadIdx.x;
   const int y = blockIdx.y * blockDim.y + threadIdx.y;
   if (x >= dst_w || y >= dst_h) return;
   std::uint8_t bgr[3];
-  warp_pixel_bgr(src, inv, x, y, kPadValue, bgr);
+  warp_pixel_bgr(src, table, x, y, kPadValue, bgr);
   const std::size_t plane = static_cast<std::size_t>(dst_w) * dst_h;
   const std::size_t i = static_cast<std::size_t>(y) * dst_w + x;
   // Normalise in float, round once to half: the same values as v2, rounded to nearest.
@@ -79,8 +79,9 @@ __global__ void letterbox_fp16_kernel(ImageView src, Affine2x3 inv, __half* __re
 Letterbox letterbox_fp16(const ImageView& src, __half* dst, int dst_w, int dst_h,
                          const Normalize& norm, cudaStream_t stream) {
   const Prepared p = validate_and_prepare(src, dst, dst_w, dst_h, norm, "letterbox_fp16");
+  const DeviceTable table = device_table(p.inv, dst_w, dst_h, stream);  // destroyed after launch
   letterbox_fp16_kernel<<<grid_for(dst_w, dst_h, 1), dim3(kBlockX, kBlockY), 0, stream>>>(
-      src, p.inv, dst, dst_w, dst_h, channel_transform(norm));
+      src, table.view(), dst, dst_w, dst_h, channel_transform(norm));
   CUDA_CHECK_LAUNCH();
   return p.lb;
 }

@@ -23,6 +23,7 @@
 
 #include "affine_warp.cuh"
 #include "common/memory.hpp"
+#include "common/stream.hpp"
 #include "common/testing.hpp"
 #include "cpu_pipeline.hpp"
 #include "image_io.hpp"
@@ -86,6 +87,41 @@ cv::Mat opencv_warp(const cv::Mat& src, const cv::Mat& forward, int dw, int dh, 
   cv::warpAffine(src, out, forward, cv::Size(dw, dh), cv::INTER_LINEAR, border_mode,
                  cv::Scalar::all(border_value));
   return out;
+}
+
+// The source position of destination pixel (x, y) through the lesson's tables (make_warp_table
+// for a geometry just large enough to hold (x, y)).
+SubpixelPos table_position(const Affine2x3& inv, int x, int y) {
+  const WarpTable t = make_warp_table(inv, x + 1, y + 1);
+  return source_position(view_of(t), x, y);
+}
+
+// The per-pixel formula the lesson's kernels used before the tables, re-derived here from
+// OpenCV's definitions (imgwarp.cpp: adelta[x] = cvRound(M0 * x * AB_SCALE), X0 =
+// cvRound((M1 * y + M2) * AB_SCALE) + round_delta, position (X0 + adelta[x]) >> 5). Every
+// product and sum is stored to a volatile double, so each is rounded to double on its own and no
+// compiler can fuse two into an FMA, whatever -ffp-contract says. (This is not a detector of
+// contraction in the lesson's build: a fused m1 * y + m2 changes a term only when its last bit
+// straddles a rounding boundary, which random matrices almost never hit, and for a letterbox,
+// m1 = 0, it changes nothing. The build's -ffp-contract=off is what rules it out.)
+SubpixelPos opencv_position(const Affine2x3& inv, int x, int y) {
+  const double* m = inv.m;
+  const auto term = [](double a, double b) {  // cvRound(a * b * 1024), one rounding per step
+    volatile double p = a * b;
+    volatile double q = p * 1024.0;
+    return static_cast<long>(std::lrint(q));
+  };
+  const auto row_term = [](double a, double y, double c) {  // cvRound((a * y + c) * 1024)
+    volatile double p = a * y;
+    volatile double q = p + c;
+    volatile double r = q * 1024.0;
+    return static_cast<long>(std::lrint(r));
+  };
+  const long ax = term(m[0], x), ay = term(m[3], x);
+  const long x0 = row_term(m[1], y, m[2]) + 16, y0 = row_term(m[4], y, m[5]) + 16;
+  // Floor division by 32 (an arithmetic shift), also for negative sums.
+  const auto floor32 = [](long v) { return static_cast<int>(v >= 0 ? v / 32 : -((-v + 31) / 32)); };
+  return {floor32(x0 + ax), floor32(y0 + ay)};
 }
 
 // A device copy of a host image (rows padded by cudaMallocPitch).
@@ -220,7 +256,7 @@ TEST_CASE("source_position: OpenCV's 1/32 grid, rounded to nearest", "[sample]")
   SECTION("identity: pixel x samples x exactly") {
     const Affine2x3 id{{1, 0, 0, 0, 1, 0}};
     for (int x : {0, 1, 17, 1919}) {
-      const SubpixelPos p = source_position(id, x, 3);
+      const SubpixelPos p = table_position(id, x, 3);
       CHECK(p.x == 32 * x);
       CHECK(p.y == 96);
     }
@@ -228,7 +264,7 @@ TEST_CASE("source_position: OpenCV's 1/32 grid, rounded to nearest", "[sample]")
   SECTION("3x downscale with the half-pixel terms: target (x, 140 + y) samples (3x+1, 3y+1)") {
     const Affine2x3 inv = opencv_inverse(forward_matrix(1920, 1080, 640, 640));
     for (int x : {0, 5, 639}) {
-      const SubpixelPos p = source_position(inv, x, 140 + 7);
+      const SubpixelPos p = table_position(inv, x, 140 + 7);
       CHECK(p.x == 32 * (3 * x + 1));
       CHECK(p.y == 32 * (3 * 7 + 1));
     }
@@ -236,11 +272,82 @@ TEST_CASE("source_position: OpenCV's 1/32 grid, rounded to nearest", "[sample]")
   SECTION("positions round to the nearest 1/32, and floor correctly left of the image") {
     // x' = x / 64 + offset: 1/64 steps fall between grid points; OpenCV rounds them up (+16).
     const Affine2x3 half_step{{1.0 / 64, 0, -0.5, 0, 1, 0}};
-    CHECK(source_position(half_step, 0, 0).x == -16);  // -0.5 px exactly
-    CHECK(source_position(half_step, 1, 0).x == -15);  // -0.484375 rounds to -15/32
-    const SubpixelPos p = source_position(half_step, 0, 0);
+    CHECK(table_position(half_step, 0, 0).x == -16);  // -0.5 px exactly
+    CHECK(table_position(half_step, 1, 0).x == -15);  // -0.484375 rounds to -15/32
+    const SubpixelPos p = table_position(half_step, 0, 0);
     CHECK((p.x >> kSubpixelBits) == -1);        // integer part: floor
     CHECK((p.x & (kSubpixelSteps - 1)) == 16);  // fraction: 16/32
+  }
+}
+
+TEST_CASE("make_warp_table: OpenCV's ints, and the positions the per-pixel double formula gave",
+          "[sample][table]") {
+  SECTION("the layout: dst_w column pairs, then dst_h row pairs; round half to even") {
+    // m0 = 1/2048: m0 * x * 1024 = x / 2, a tie at every odd x (cvRound: to even).
+    const WarpTable t = make_warp_table({{1.0 / 2048, 0, 0.25, 0, 1, -3.0}}, 6, 2);
+    REQUIRE(t.terms.size() == 8u);
+    const int expected_ax[6] = {0, 0, 1, 2, 2, 2};  // 0, 0.5, 1, 1.5, 2, 2.5
+    for (int x = 0; x < 6; ++x) {
+      CHECK(t.column()[x].x == expected_ax[x]);
+      CHECK(t.column()[x].y == 0);
+    }
+    CHECK(t.row()[0].x == 256 + 16);    // 0.25 px in 1/1024, plus the rounding half of 1/32
+    CHECK(t.row()[1].y == -2048 + 16);  // 1 * 1 - 3 = -2 px
+  }
+  SECTION("random matrices and sizes: every table entry and every position agree") {
+    cv::RNG rng(20261201);
+    long compared = 0;
+    for (int trial = 0; trial < 300; ++trial) {
+      const int dw = rng.uniform(1, 700), dh = rng.uniform(1, 700);
+      Affine2x3 inv;
+      switch (trial % 3) {
+        case 0: {  // a letterbox of a random frame: the case that matters
+          const int sw = rng.uniform(1, 4000), sh = rng.uniform(1, 4000);
+          inv = opencv_inverse(forward_matrix(sw, sh, dw, dh));
+          break;
+        }
+        case 1:  // any matrix: rotation, shear, scale, translation
+          for (double& v : inv.m) v = rng.uniform(-4.0, 4.0);
+          inv.m[2] = rng.uniform(-3000.0, 3000.0);
+          inv.m[5] = rng.uniform(-3000.0, 3000.0);
+          break;
+        default:  // far translations, near the int range the tables allow
+          for (double& v : inv.m) v = rng.uniform(-2.0, 2.0);
+          inv.m[2] = rng.uniform(-1.99e6, 1.99e6);  // reach <= 2 * 2 * 699 + 1.99e6 < 2e6
+          inv.m[5] = rng.uniform(-1.99e6, 1.99e6);
+          break;
+      }
+      CAPTURE(trial, dw, dh, inv.m[0], inv.m[1], inv.m[2], inv.m[3], inv.m[4], inv.m[5]);
+      const WarpTable t = make_warp_table(inv, dw, dh);
+      REQUIRE(t.terms.size() == static_cast<std::size_t>(dw) + dh);
+      const WarpTableView v = view_of(t);
+      int wrong = 0;
+      // Every column with row 0 and every row with column 0 (each table entry), then random
+      // pixels (the sums).
+      for (int x = 0; x < dw; ++x) {
+        const SubpixelPos a = source_position(v, x, 0), b = opencv_position(inv, x, 0);
+        wrong += a.x != b.x || a.y != b.y;
+      }
+      for (int y = 0; y < dh; ++y) {
+        const SubpixelPos a = source_position(v, 0, y), b = opencv_position(inv, 0, y);
+        wrong += a.x != b.x || a.y != b.y;
+      }
+      for (int k = 0; k < 500; ++k) {
+        const int x = rng.uniform(0, dw), y = rng.uniform(0, dh);
+        const SubpixelPos a = source_position(v, x, y), b = opencv_position(inv, x, y);
+        wrong += a.x != b.x || a.y != b.y;
+      }
+      compared += dw + dh + 500;
+      CHECK(wrong == 0);
+    }
+    std::printf("note: make_warp_table vs the per-pixel double formula: %ld positions compared\n",
+                compared);
+  }
+  SECTION("the same checks as every launcher: size and reach") {
+    CHECK_THROWS_WITH(make_warp_table({{1, 0, 0, 0, 1, 0}}, 0, 4, "test"), Contains("target size"));
+    CHECK_THROWS_WITH(make_warp_table({{1e7, 0, 0, 0, 1, 0}}, 4, 4, "test"),
+                      Contains("source pixels away"));
+    CHECK_THROWS_AS(make_warp_table({{1, 0, NAN, 0, 1, 0}}, 4, 4), std::invalid_argument);
   }
 }
 
@@ -285,6 +392,116 @@ TEST_CASE("The CPU per-pixel reference matches cv::warpAffine within 1 grey leve
                                   opencv_warp(src, fwd, c.dw, c.dh, cv::BORDER_CONSTANT));
     CHECK(diff <= 1);
     if (diff != 0) std::printf("note: %s differs from OpenCV by %d\n", c.what, diff);
+  }
+}
+
+TEST_CASE("The CPU reference matches cv::warpAffine on random geometries (odd sizes, any scale)",
+          "[opencv][table]") {
+  // Random odd and tiny sizes, non-integer scales, 1-pixel sources and targets; letterboxes and
+  // general matrices (rotation + scale + shift, given to OpenCV with WARP_INVERSE_MAP so both
+  // sides use the very same inverse).
+  cv::RNG rng(1206);
+  int differing = 0;
+  for (int trial = 0; trial < 120; ++trial) {
+    const bool tiny = trial % 4 == 0;
+    const int sw = tiny ? rng.uniform(1, 4) : rng.uniform(1, 300);
+    const int sh = tiny ? rng.uniform(1, 4) : rng.uniform(1, 300);
+    const int dw = trial % 5 == 0 ? 1 : rng.uniform(1, 200);
+    const int dh = trial % 7 == 0 ? 1 : rng.uniform(1, 200);
+    const cv::Mat src = random_image(sw, sh, 5000 + trial);
+    cv::Mat inv_m;
+    if (trial % 2 == 0) {
+      cv::invertAffineTransform(forward_matrix(sw, sh, dw, dh), inv_m);
+    } else {
+      const double angle = rng.uniform(-180.0, 180.0), scale = rng.uniform(0.2, 3.0);
+      inv_m = cv::getRotationMatrix2D(cv::Point2f(dw / 2.0f, dh / 2.0f), angle, scale);
+      inv_m.at<double>(0, 2) += rng.uniform(-20.0, 20.0);
+      inv_m.at<double>(1, 2) += rng.uniform(-20.0, 20.0);
+    }
+    CAPTURE(trial, sw, sh, dw, dh);
+    std::vector<std::uint8_t> mine =
+        warp_affine_reference(view_of(src), to_affine(inv_m), dw, dh, kPadValue);
+    cv::Mat theirs;
+    cv::warpAffine(src, theirs, inv_m, cv::Size(dw, dh), cv::INTER_LINEAR | cv::WARP_INVERSE_MAP,
+                   cv::BORDER_CONSTANT, cv::Scalar::all(kPadValue));
+    const int diff = max_abs_diff(as_mat(mine, dw, dh), theirs);
+    CHECK(diff <= 1);
+    differing += diff != 0;
+  }
+  if (differing != 0) std::printf("note: %d random geometries differ from OpenCV\n", differing);
+}
+
+TEST_CASE("source_footprint counts the rows and bytes the taps read (brute force)", "[traffic]") {
+  // The brute force: every destination pixel, its four taps from the independent per-pixel
+  // formula, the in-image ones marked; per source row, first to last marked column.
+  const auto brute = [](int sw, int sh, const Affine2x3& inv, int dw, int dh) {
+    std::vector<int> first(sh, -1), last(sh, -1);
+    for (int y = 0; y < dh; ++y) {
+      for (int x = 0; x < dw; ++x) {
+        const SubpixelPos p = opencv_position(inv, x, y);
+        const int sx = p.x >> kSubpixelBits, sy = p.y >> kSubpixelBits;
+        for (int ty = sy; ty <= sy + 1; ++ty) {
+          for (int tx = sx; tx <= sx + 1; ++tx) {
+            if (tx < 0 || tx >= sw || ty < 0 || ty >= sh) continue;
+            if (first[ty] < 0 || tx < first[ty]) first[ty] = tx;
+            last[ty] = std::max(last[ty], tx);
+          }
+        }
+      }
+    }
+    SourceFootprint f;
+    for (int r = 0; r < sh; ++r) {
+      if (first[r] < 0) continue;
+      ++f.rows;
+      f.bytes += 3 * static_cast<std::size_t>(last[r] - first[r] + 1);
+    }
+    return f;
+  };
+  const auto letterbox_inv = [](int sw, int sh, int dw, int dh) {
+    return opencv_inverse(forward_matrix(sw, sh, dw, dh));
+  };
+  SECTION("the benchmark's geometries") {
+    // 3x: the taps read rows 3y+1 and 3y+2 (720 of 1080) and columns 1..1919.
+    const SourceFootprint f3 =
+        source_footprint(1920, 1080, letterbox_inv(1920, 1080, 640, 640), 640, 640);
+    CHECK(f3.rows == 720);
+    CHECK(f3.bytes == 720u * 3 * 1919);
+    // 2x: every row and every column.
+    const SourceFootprint f2 =
+        source_footprint(1280, 720, letterbox_inv(1280, 720, 640, 640), 640, 640);
+    CHECK(f2.rows == 720);
+    CHECK(f2.bytes == 720u * 3 * 1280);
+  }
+  SECTION("against the brute force: letterboxes up and down, odd sizes, and rotations") {
+    struct G {
+      int sw, sh, dw, dh;
+    };
+    const G geoms[] = {{1920, 1080, 640, 640}, {1280, 720, 640, 640}, {1600, 900, 640, 640},
+                       {641, 479, 640, 640},   {1, 1, 640, 640},      {3, 5, 64, 64},
+                       {1080, 1920, 640, 640}, {7, 3, 5, 9},          {4000, 30, 64, 64},
+                       {1920, 1080, 637, 411}};
+    for (const G& g : geoms) {
+      CAPTURE(g.sw, g.sh, g.dw, g.dh);
+      const Affine2x3 inv = letterbox_inv(g.sw, g.sh, g.dw, g.dh);
+      const SourceFootprint a = source_footprint(g.sw, g.sh, inv, g.dw, g.dh);
+      const SourceFootprint b = brute(g.sw, g.sh, inv, g.dw, g.dh);
+      CHECK(a.rows == b.rows);
+      CHECK(a.bytes == b.bytes);
+      CHECK(a.bytes <= 3u * g.sw * g.sh);
+    }
+    const cv::Mat rot = cv::getRotationMatrix2D(cv::Point2f(50, 40), 30.0, 1.7);
+    const SourceFootprint a = source_footprint(120, 90, to_affine(rot), 100, 80);
+    const SourceFootprint b = brute(120, 90, to_affine(rot), 100, 80);
+    CHECK(a.rows == b.rows);
+    CHECK(a.bytes == b.bytes);
+    // Nothing inside: a shift far off the image reads no byte.
+    const SourceFootprint none = source_footprint(10, 10, {{1, 0, 500, 0, 1, 0}}, 16, 16);
+    CHECK(none.rows == 0);
+    CHECK(none.bytes == 0u);
+  }
+  SECTION("bad input") {
+    CHECK_THROWS_AS(source_footprint(0, 10, {{1, 0, 0, 0, 1, 0}}, 4, 4), std::invalid_argument);
+    CHECK_THROWS_AS(source_footprint(10, 10, {{1, 0, 0, 0, 1, 0}}, 4, -1), std::invalid_argument);
   }
 }
 
@@ -396,11 +613,11 @@ TEST_CASE("bilinear_sample_bgr_replicate matches cv::warpAffine with BORDER_REPL
     CAPTURE(c.what);
     const cv::Mat src = random_image(c.sw, c.sh, 900 + c.sw);
     const cv::Mat fwd = forward_matrix(c.sw, c.sh, c.dw, c.dh);
-    const Affine2x3 inv = opencv_inverse(fwd);
+    const WarpTable table = make_warp_table(opencv_inverse(fwd), c.dw, c.dh);
     cv::Mat mine(c.dh, c.dw, CV_8UC3);
     for (int y = 0; y < c.dh; ++y) {
       for (int x = 0; x < c.dw; ++x) {
-        bilinear_sample_bgr_replicate(view_of(src), source_position(inv, x, y),
+        bilinear_sample_bgr_replicate(view_of(src), source_position(view_of(table), x, y),
                                       mine.ptr<std::uint8_t>(y) + 3 * x);
       }
     }
@@ -739,6 +956,63 @@ TEST_CASE("v4 batched: frames of different sizes, one tensor, each frame equals 
       const std::vector<float> expected = letterbox_reference(view_of(host[i]), 61, 47);
       CHECK(std::equal(expected.begin(), expected.end(), got.begin() + i * frame));
     }
+  }
+}
+
+TEST_CASE("device_table: reuse, eviction and streams keep every frame right", "[gpu][table]") {
+  const cv::Mat src = random_image(53, 41, 99);
+  const DeviceImage d = upload(src);
+  const Affine2x3 inv = opencv_inverse(forward_matrix(53, 41, 64, 48));
+  SECTION("the same geometry on the same stream finds the same device table") {
+    const WarpTableView a = device_table(inv, 64, 48, nullptr).view();
+    const WarpTableView b = device_table(inv, 64, 48, nullptr).view();
+    CHECK(a.column == b.column);
+    CHECK(a.row == a.column + 64);
+    // Its contents are make_warp_table's.
+    std::vector<int2> got(64 + 48);
+    REQUIRE(cudaMemcpy(got.data(), a.column, got.size() * sizeof(int2), cudaMemcpyDeviceToHost) ==
+            cudaSuccess);
+    const WarpTable host = make_warp_table(inv, 64, 48);
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      CHECK(got[i].x == host.terms[i].x);
+      CHECK(got[i].y == host.terms[i].y);
+    }
+  }
+  SECTION("more geometries than slots, all in flight at once: evicted slots wait for readers") {
+    const int n = kTableCacheSlots + 9;
+    std::vector<course::DeviceBuffer<float>> outs;
+    course::Stream stream;
+    for (int i = 0; i < n; ++i) {
+      const int dw = 16 + i, dh = 9 + (i * 7) % 40;
+      outs.emplace_back(3 * static_cast<std::size_t>(dw) * dh);
+      letterbox_v2_fused(d.view(), outs.back().data(), dw, dh, {}, stream);
+    }
+    stream.synchronize();
+    for (int i = 0; i < n; ++i) {
+      CAPTURE(i);
+      const int dw = 16 + i, dh = 9 + (i * 7) % 40;
+      CHECK(course::to_host(outs[i]) == letterbox_reference(view_of(src), dw, dh));
+    }
+  }
+  SECTION("two streams, one geometry: each stream has its own copy, both right") {
+    course::Stream a, b;
+    std::vector<course::DeviceBuffer<float>> outs;
+    for (int i = 0; i < 8; ++i) {
+      outs.emplace_back(3 * 64 * 48);
+      letterbox_v3_vec4(d.view(), outs.back().data(), 64, 48, {}, i % 2 ? a : b);
+    }
+    a.synchronize();
+    b.synchronize();
+    const std::vector<float> expected = letterbox_reference(view_of(src), 64, 48);
+    for (auto& o : outs) CHECK(course::to_host(o) == expected);
+  }
+  SECTION("holding every slot: the next request is refused, and works once one is released") {
+    std::vector<DeviceTable> held;
+    for (int i = 0; i < kTableCacheSlots; ++i)
+      held.push_back(device_table(inv, 10 + i, 10, nullptr));
+    CHECK_THROWS_AS(device_table(inv, 5, 5, nullptr), std::logic_error);
+    held.pop_back();
+    CHECK_NOTHROW(device_table(inv, 5, 5, nullptr));
   }
 }
 
