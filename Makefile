@@ -39,7 +39,7 @@ deps:
 
 # Only what is missing (dpkg is asked; nothing happens when everything is there).
 ensure-deps:
-	@COURSE_NO_DEPS=$(NO_DEPS) tools/ensure_deps.sh
+	@COURSE_NO_DEPS=$(NO_DEPS) COURSE_BUILD_DIR=$(BUILD) tools/ensure_deps.sh
 
 # Configure every time (seconds once cached): a failed first configure then retries, and
 # CMAKE_ARGS given later still take effect.

@@ -3,9 +3,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <numeric>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -89,6 +91,51 @@ TEST_CASE("add_headline keeps a part longer than 255 characters whole", "[headli
   course::add_headline("%s|end", long_part.c_str());
   CHECK(course::headline_parts() == "first 1; " + long_part + "|end");
   course::headline_parts().clear();
+}
+
+namespace {
+// a * b with a + c after it, in two functions the optimiser inlines: a compiler allowed to
+// contract fuses product(a, b) + c into fma(a, b, c), across the statement boundary.
+float product(float x, float y) { return x * y; }
+double product(double x, double y) { return x * y; }
+// Every bit of a value, so a failure shows 0x1p-24 rather than a rounded "0.0f".
+std::string hex(double v) {
+  std::ostringstream os;
+  os << std::hexfloat << v;
+  return os.str();
+}
+}  // namespace
+
+// GPU == CPU bit for bit (lessons 06 and 08) needs a host that rounds a*b+c twice, as the device
+// code does with __fmul_rn / __dadd_rn. GCC's C++ default (-ffp-contract=fast) fuses it into one
+// FMA whenever the target has FMA (aarch64, x86-64 -march=haswell and newer); the top-level
+// CMakeLists.txt sets -ffp-contract=off. The values come through volatile so nothing is folded at
+// compile time, and they are chosen so that the fused and unfused results differ: a * b =
+// 1 + 2^-11 + 2^-24 exactly, which rounds (a tie, to even) to 1 + 2^-11 = -c, so a*b + c is 0
+// rounded twice and 2^-24 fused. (Same in double with 2^-27.) On a host without FMA this test
+// passes whatever the flag; .ci/run builds it a second time with -march=haswell, where it fails
+// if the flag is lost.
+TEST_CASE("Host code does not contract a*b+c into an FMA (-ffp-contract=off)", "[fp-contract]") {
+  SECTION("float") {
+    volatile float va = 1.0f + 0x1p-12f, vb = 1.0f + 0x1p-12f, vc = -(1.0f + 0x1p-11f);
+    const float a = va, b = vb, c = vc;
+    REQUIRE(hex(std::fma(a, b, c)) == hex(0x1p-24f));  // the values tell fused from unfused
+    const float same_statement = a * b + c;
+    const float p = product(a, b);
+    const float across_statements = p + c;
+    CHECK(hex(same_statement) == hex(0.0f));
+    CHECK(hex(across_statements) == hex(0.0f));
+  }
+  SECTION("double") {
+    volatile double va = 1.0 + 0x1p-27, vb = 1.0 + 0x1p-27, vc = -(1.0 + 0x1p-26);
+    const double a = va, b = vb, c = vc;
+    REQUIRE(hex(std::fma(a, b, c)) == hex(0x1p-54));
+    const double same_statement = a * b + c;
+    const double p = product(a, b);
+    const double across_statements = p + c;
+    CHECK(hex(same_statement) == hex(0.0));
+    CHECK(hex(across_statements) == hex(0.0));
+  }
 }
 
 TEST_CASE("RAII owners are move-only", "[raii]") {

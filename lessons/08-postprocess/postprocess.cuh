@@ -94,9 +94,12 @@ struct ResultHeader {
 
 // ---------------------------------------------------- per-element math (host and device)
 
-// x * y rounded once. On the device nvcc contracts a * b + c into one FMA (one rounding instead
-// of two), which the host compiler does not do; __fmul_rn is never contracted, so the device
-// rounds like the host and GPU results equal the CPU reference bit for bit.
+// x * y rounded once, never fused with a following add. On the device nvcc contracts a * b + c
+// into one FMA (one rounding instead of two); __fmul_rn is never contracted. On the host GCC
+// contracts too whenever the target has FMA (aarch64, -march=haswell); the plain x * y below
+// stays unfused because the build sets -ffp-contract=off for host code (top-level CMakeLists.txt;
+// a project of your own that includes this header needs it as well). Then the device rounds
+// like the host and GPU results equal the CPU reference bit for bit.
 __host__ __device__ inline float mul_rn(float x, float y) {
 #ifdef __CUDA_ARCH__
   return __fmul_rn(x, y);
