@@ -7,6 +7,10 @@ B=build-h200
 R="bash .device/run.sh"
 stage=$1; shift
 mkdir -p "$OUT"
+# Only a few files come back from the device tool: everything goes into one archive after each
+# stage (pack_out), and results are written under $OUT/r/.
+pack_out() { tar -C "$OUT" -czf "$OUT/results.tgz" r 2>/dev/null; }
+OUT_TOP=$OUT; OUT=$OUT/r; mkdir -p "$OUT"; trap 'OUT=$OUT_TOP; pack_out' EXIT
 case $stage in
 cold)
   # Lesson 01's first-call costs as the GPU host gives them: the first process on a GPU nobody
@@ -50,6 +54,7 @@ bench)
     d=$(ls -d lessons/$n-*); b=$B/$d/lesson${n}_bench
     $R $b --benchmark_min_time=0.05 --benchmark_out="$OUT/bench/lesson$n.json" --benchmark_out_format=json > "$OUT/bench/lesson$n.txt" 2>&1
     echo "bench $n rc=$? $(grep -c manual_time_median "$OUT/bench/lesson$n.txt") rows"
+    (OUT=$OUT_TOP; pack_out)
     grep -iE "error|exception|skipped" "$OUT/bench/lesson$n.txt" | head -5
   done
   ;;
