@@ -58,6 +58,7 @@ if [ ! -x "$exe" ]; then
 fi
 
 failed=""
+hung=no  # after a run that timed out, the later stages would only time out too
 say() { echo "check_exercise: lesson $nn $1"; }
 # A barrier that not every thread reaches can hang a kernel: every run gets a time limit
 # (CHECK_EXERCISE_TIMEOUT seconds, 600 unless set).
@@ -92,7 +93,8 @@ rc=$?
 case $rc in
   0) say "tests: passed" ;;
   124) say "tests: FAILED (timed out: a barrier that not every thread reaches can hang)"
-       failed="$failed tests" ;;
+       failed="$failed tests"
+       hung=yes ;;
   *) say "tests: FAILED (exit $rc)"; failed="$failed tests" ;;
 esac
 
@@ -121,6 +123,10 @@ sanitize() {  # sanitize TOOL EX...
     say "$tool: not run ($why_not): $*"
     return
   fi
+  if [ "$hung" = yes ]; then
+    say "$tool: not run (an earlier run timed out): $*"
+    return
+  fi
   echo "==================== compute-sanitizer --tool $tool: $* ===================="
   log=$(mktemp)
   # shellcheck disable=SC2086  # timeout_cmd is a command and its argument, or nothing
@@ -135,7 +141,8 @@ sanitize() {  # sanitize TOOL EX...
   case $rc in
     0) say "$tool: passed ($*)" ;;
     124) say "$tool: FAILED (timed out: a barrier that not every thread reaches can hang)"
-         failed="$failed $tool" ;;
+         failed="$failed $tool"
+         hung=yes ;;
     *) say "$tool: FAILED (exit $rc; the report is above)"; failed="$failed $tool" ;;
   esac
 }

@@ -1,6 +1,7 @@
 // CUPTI observations for tests: see cupti_trace.hpp.
 #include "common/cupti_trace.hpp"
 
+#if COURSE_HAVE_CUPTI
 #include <cupti.h>
 
 #include <algorithm>
@@ -245,3 +246,34 @@ std::uint32_t stream_id(cudaStream_t stream) {
 }
 
 }  // namespace course::cupti
+
+#else  // built without CUPTI: every observation says so
+
+namespace course::cupti {
+namespace {
+[[noreturn]] void unavailable() {
+  throw CuptiUnavailable(
+      "this build has no CUPTI (CMake did not find it in the CUDA toolkit): install the "
+      "toolkit's CUPTI (package cuda-cupti-NN) and configure again");
+}
+}  // namespace
+ApiTrace::ApiTrace() {
+  unavailable();
+}
+ApiTrace::~ApiTrace() = default;
+std::vector<ApiCall> ApiTrace::calls() const {
+  unavailable();
+}
+ActivityTrace::ActivityTrace() {
+  unavailable();
+}
+ActivityTrace::~ActivityTrace() = default;
+std::vector<GpuActivity> ActivityTrace::stop() {
+  unavailable();
+}
+std::uint32_t stream_id(cudaStream_t) {
+  unavailable();
+}
+}  // namespace course::cupti
+
+#endif
