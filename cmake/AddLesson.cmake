@@ -6,6 +6,7 @@
 #     EXERCISES     ex1 ex2 ex3             # tags: tests of exercise K carry [exK]
 #     GPU_EXERCISES ex2 ex3                 # those whose tests need a GPU to reach the stub
 #     LIBS          CUDA::cublas            # extra libraries for the lesson's code
+#     TEST_LIBS     course_cupti            # extra libraries for the tests only
 #     BENCH         bench_reduction.cu      # optional Google Benchmark executable
 #     CLI_BAD_VALUE --reps 0)               # an option of lessonNN and a value it must refuse
 #
@@ -15,6 +16,10 @@
 #   lessonNN_exercise_tests  the same tests against exercise.cu (make check LESSON=NN); the
 #                            lesson's code is compiled again with LESSON_EXERCISE_BUILD defined,
 #                            which leaves out its solutions.cuh (the exercise solutions)
+#                            The cache variable LESSON_EXERCISE_SOURCE_NN names another file to
+#                            use instead of exercise.cu (tools/device/wrong_solutions.sh builds
+#                            known-wrong solutions that way); the stubs-fail checks still hash
+#                            the real exercise.cu.
 #   lessonNN_bench           the benchmark (make bench), when BENCH is given
 # ctest tests (labels in brackets):
 #   NN/cpu                   CPU tests                                  [cpu]
@@ -27,7 +32,7 @@
 #                            them once you have edited exercise.cu (cmake/stubs_fail.sh)
 #                                                                       [exercise] (+[gpu])
 function(add_lesson)
-  cmake_parse_arguments(L "" "" "SOURCES;TESTS;EXERCISES;GPU_EXERCISES;LIBS;BENCH;CLI_BAD_VALUE" ${ARGN})
+  cmake_parse_arguments(L "" "" "SOURCES;TESTS;EXERCISES;GPU_EXERCISES;LIBS;TEST_LIBS;BENCH;CLI_BAD_VALUE" ${ARGN})
   get_filename_component(folder "${CMAKE_CURRENT_SOURCE_DIR}" NAME)
   string(SUBSTRING "${folder}" 0 2 nn)
   set(p lesson${nn})
@@ -41,7 +46,14 @@ function(add_lesson)
   target_include_directories(${p}_code PUBLIC "${CMAKE_CURRENT_SOURCE_DIR}")
   target_link_libraries(${p}_code PUBLIC course_common ${L_LIBS})
 
-  add_library(${p}_exercise_code STATIC ${L_SOURCES} exercise.cu)
+  set(LESSON_EXERCISE_SOURCE_${nn} "" CACHE FILEPATH
+      "Lesson ${nn}: a file to compile instead of exercise.cu (empty: exercise.cu)")
+  set(exercise_source exercise.cu)
+  if(LESSON_EXERCISE_SOURCE_${nn})
+    set(exercise_source "${LESSON_EXERCISE_SOURCE_${nn}}")
+    message(STATUS "${folder}: the exercise build compiles ${exercise_source}, not exercise.cu")
+  endif()
+  add_library(${p}_exercise_code STATIC ${L_SOURCES} "${exercise_source}")
   target_include_directories(${p}_exercise_code PUBLIC "${CMAKE_CURRENT_SOURCE_DIR}")
   target_compile_definitions(${p}_exercise_code PRIVATE LESSON_EXERCISE_BUILD)
   target_link_libraries(${p}_exercise_code PUBLIC course_common ${L_LIBS})
@@ -51,11 +63,12 @@ function(add_lesson)
 
   # The test sources are compiled once and linked twice: against the solutions and the stubs.
   add_library(${p}_test_objects OBJECT ${L_TESTS})
-  target_link_libraries(${p}_test_objects PRIVATE ${p}_code course_test_main)
+  target_link_libraries(${p}_test_objects PRIVATE ${p}_code course_test_main ${L_TEST_LIBS})
   add_executable(${p}_tests $<TARGET_OBJECTS:${p}_test_objects>)
-  target_link_libraries(${p}_tests PRIVATE ${p}_code course_test_main)
+  target_link_libraries(${p}_tests PRIVATE ${p}_code course_test_main ${L_TEST_LIBS})
   add_executable(${p}_exercise_tests $<TARGET_OBJECTS:${p}_test_objects>)
-  target_link_libraries(${p}_exercise_tests PRIVATE ${p}_exercise_code course_test_main)
+  target_link_libraries(${p}_exercise_tests PRIVATE ${p}_exercise_code course_test_main
+                                                     ${L_TEST_LIBS})
 
   add_test(NAME ${nn}/cpu COMMAND ${p}_tests ${COURSE_CATCH2_NO_TESTS_OK} "~[gpu]")
   set_tests_properties(${nn}/cpu PROPERTIES LABELS "cpu;${p}")

@@ -1,7 +1,12 @@
 // Lesson 02 exercises. Replace each TODO, then run `make check LESSON=02`: the tests tagged [exN]
 // pass when exercise N is done. memory_types.cuh documents what each function must do (shapes,
-// units, errors); memory_types.cu has everything else you may call. The reference solutions are
-// in solutions.cuh: try first, compare after.
+// units, errors). The reference solutions are in solutions.cuh: try first, compare after.
+//
+// Helpers you may call, all declared in memory_types.cuh: check_image_view (ex 2),
+// check_transpose_args, transpose_grid, transpose_block, kTileDim, kBlockRows (ex 3),
+// StagingBuffer::slot / slot_free / chunk_bytes (ex 4); CUDA_CHECK and CUDA_CHECK_LAUNCH from
+// common/cuda_check.hpp. memory_types.cu's `require` is private to it: throw
+// std::invalid_argument yourself.
 #include "memory_types.cuh"
 
 #include <cstring>
@@ -68,7 +73,13 @@ void upload_roi(const HostImageView& image, const Roi& roi, PitchedImage& dst,
 // Copy transpose_v1_shared_tile_kernel from memory_types.cu and remove its bank conflict: give
 // each tile row one extra float, so a column of the tile lands in 32 different banks
 // (bank_conflict_ways(kTileDim + 1) == 1). Keep the bounds checks: rows and cols need not be
-// multiples of 32. The launcher below is complete.
+// multiples of 32. The launcher and transpose_v2_padded_attributes below are complete.
+//
+// What the tests check besides the values: the kernel's static shared memory is exactly
+// kTileDim * (kTileDim + 1) floats (cudaFuncGetAttributes: an unpadded tile shows), and `make
+// check` runs it under compute-sanitizer racecheck and synccheck on a GPU (a missing
+// __syncthreads between the two phases, or one inside a bounds check, shows). The bank conflicts
+// themselves are not counted: the padding is the observation.
 __global__ void transpose_v2_padded_kernel(const float* in, float* out, int rows, int cols) {
   // TODO(exercise 3): stage a tile in __shared__ float tile[kTileDim][kTileDim + 1], then write
   // it out transposed. As it stands the kernel writes nothing, and the tests see that.
@@ -86,6 +97,12 @@ void transpose_v2_padded(const float* in, float* out, int rows, int cols, cudaSt
   CUDA_CHECK_LAUNCH();
 }
 
+cudaFuncAttributes transpose_v2_padded_attributes() {
+  cudaFuncAttributes a{};
+  CUDA_CHECK(cudaFuncGetAttributes(&a, transpose_v2_padded_kernel));
+  return a;
+}
+
 // ------------------------------------------- Exercise 4: upload through a pinned staging buffer
 //
 // Do by hand what cudaMemcpy does with pageable memory:
@@ -99,6 +116,10 @@ void transpose_v2_padded(const float* in, float* out, int rows, int cols, cudaSt
 //       cudaEventRecord(staging.slot_free(slot), stream): "this slot is free once we get here".
 //   - do NOT synchronise the stream inside the loop: with two slots the CPU fills one while the
 //     DMA drains the other. (Synchronising every chunk is correct too, and slower: try both.)
+// The tests hold the stream up for 100 ms before your upload (a refill that did not wait then
+// overwrites a slot whose copy has not started), and, through CUPTI, check the order of your
+// calls: each slot's event is recorded AFTER the copy that reads the slot, and waited on before
+// the slot's next copy. (Recording it before the copy passes a plain run: the copy is quick.)
 void upload_via_staging(const void* src, void* dst, std::size_t bytes, StagingBuffer& staging,
                         cudaStream_t stream) {
   (void)src;

@@ -375,6 +375,10 @@ void transpose_v0_naive(const float* in, float* out, int rows, int cols, cudaStr
 void transpose_v1_shared_tile(const float* in, float* out, int rows, int cols, cudaStream_t stream);
 // EXERCISE 3: the padded tile. Its launcher lives with the kernel (exercise.cu holds both stubs).
 void transpose_v2_padded(const float* in, float* out, int rows, int cols, cudaStream_t stream);
+// cudaFuncGetAttributes of the kernel transpose_v2_padded launches (exercise 3 writes it beside
+// the kernel): the tests read its sharedSizeBytes, kTileDim * (kTileDim + 1) floats once the
+// tile is padded. Needs a device; throws CudaError otherwise.
+cudaFuncAttributes transpose_v2_padded_attributes();
 // The tile in dynamic shared memory, rows of kTileDim + pad floats; pad in [0, kTileDim].
 void transpose_v3_dynamic_smem(const float* in, float* out, int rows, int cols, int pad,
                                cudaStream_t stream);

@@ -96,6 +96,12 @@ void transpose_v2_padded(const float* in, float* out, int rows, int cols, cudaSt
   CUDA_CHECK_LAUNCH();
 }
 
+cudaFuncAttributes transpose_v2_padded_attributes() {
+  cudaFuncAttributes a{};
+  CUDA_CHECK(cudaFuncGetAttributes(&a, transpose_v2_padded_kernel));
+  return a;
+}
+
 // ---- Exercise 4: upload through a pinned staging buffer
 void upload_via_staging(const void* src, void* dst, std::size_t bytes, StagingBuffer& staging,
                         cudaStream_t stream) {

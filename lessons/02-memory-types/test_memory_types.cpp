@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <chrono>
 #include <climits>
 #include <cmath>
 #include <cstdint>
@@ -12,9 +13,11 @@
 #include <memory>
 #include <random>
 #include <set>
+#include <thread>
 #include <vector>
 
 #include "common/cuda_check.hpp"
+#include "common/cupti_trace.hpp"
 #include "common/memory.hpp"
 #include "common/stream.hpp"
 #include "common/testing.hpp"
@@ -662,6 +665,17 @@ TEST_CASE("transpose v2 (padded tile) matches the CPU reference on awkward shape
   check_transpose(transpose_v2_padded);
 }
 
+TEST_CASE("transpose v2 pads its tile: kTileDim x (kTileDim + 1) floats of shared memory",
+          "[gpu][transpose][ex3]") {
+  // The point of the exercise, observed without a timer: the padded tile is what makes a column
+  // of it land in 32 banks. An unpadded [32][32] tile gives the right values, 32 x 32 floats.
+  const cudaFuncAttributes a = transpose_v2_padded_attributes();
+  INFO("static shared memory " << a.sharedSizeBytes << " bytes; unpadded it would be "
+                               << kTileDim * kTileDim * sizeof(float));
+  CHECK(a.sharedSizeBytes == kTileDim * (kTileDim + 1) * sizeof(float));
+  CHECK(bank_conflict_ways(kTileDim + 1) == 1);
+}
+
 TEST_CASE("Memory from cudaMallocAsync is usable in stream order", "[gpu][stream-ordered]") {
   std::vector<int> data(1000);
   for (std::size_t i = 0; i < data.size(); ++i) data[i] = static_cast<int>(i * i) - 12345;
@@ -777,4 +791,90 @@ TEST_CASE("Back-to-back staged uploads do not overwrite a slot the copy engine s
   stream.synchronize();
   CHECK(course::to_host(da) == a);
   CHECK(course::to_host(db) == b);
+}
+
+namespace {
+// A stream callback that holds the stream up: nothing queued behind it starts for 100 ms.
+void CUDART_CB hold_stream_100ms(void*) {
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+}
+}  // namespace
+
+TEST_CASE("A staged upload behind a busy stream does not refill a slot before its copy ran",
+          "[gpu][ex4]") {
+  // The copy of chunk 0 cannot start for 100 ms; a refill of slot 0 for chunk 2 that does not
+  // wait for it overwrites the bytes before they are read, every time (not only when the copy
+  // engine happens to be slow).
+  constexpr std::size_t chunk = 4096;
+  constexpr std::size_t n = 4 * chunk + 9;
+  StagingBuffer staging(chunk);
+  course::Stream stream;
+  const auto a = random_bytes(n, 3);
+  course::DeviceBuffer<std::uint8_t> da(n);
+  CUDA_CHECK(cudaLaunchHostFunc(stream, hold_stream_100ms, nullptr));
+  upload_via_staging(a.data(), da.data(), n, staging, stream);
+  stream.synchronize();
+  CHECK(course::to_host(da) == a);
+}
+
+TEST_CASE("upload_via_staging records each slot's event after its copy and waits on it",
+          "[gpu][ex4][cupti]") {
+  // The order of the calls, as CUPTI saw them. Recording a slot's event BEFORE its copy gives
+  // the right bytes in any run that can be timed: waiting on it returns when the copy is about
+  // to start, and the copy engine then reads the slot faster than the CPU refills it. Only the
+  // order of the calls shows the bug.
+  constexpr std::size_t chunk = kChunk;
+  constexpr std::size_t n = 5 * chunk + 7;  // 6 chunks: each slot is refilled twice
+  StagingBuffer staging(chunk);
+  course::Stream stream;
+  const auto a = random_bytes(n, 4);
+  course::DeviceBuffer<std::uint8_t> da(n);
+  std::vector<course::cupti::ApiCall> calls;
+  {
+    course::cupti::ApiTrace trace;
+    upload_via_staging(a.data(), da.data(), n, staging, stream);
+    calls = trace.calls();
+  }
+  stream.synchronize();
+  CHECK(course::to_host(da) == a);
+
+  using Kind = course::cupti::ApiCall::Kind;
+  // Per slot: free (never used, or its last copy is known done), copied (a copy reads it and no
+  // event after that copy exists yet), fenced (its event was recorded after the copy).
+  enum class State { free, copied, fenced };
+  for (int s = 0; s < StagingBuffer::kSlots; ++s) {
+    CAPTURE(s);
+    const unsigned char* lo = staging.slot(s);
+    const cudaEvent_t event = staging.slot_free(s);
+    State state = State::free;
+    int copies = 0;
+    for (std::size_t i = 0; i < calls.size(); ++i) {
+      const auto& c = calls[i];
+      CAPTURE(i);
+      const auto* src = static_cast<const unsigned char*>(c.src);
+      if (c.kind == Kind::memcpy_async && src >= lo && src < lo + chunk) {
+        INFO(
+            "a copy from the slot, while its previous copy may still be reading it: wait on the "
+            "event recorded AFTER that copy before refilling the slot");
+        CHECK(state == State::free);
+        CHECK(c.stream == static_cast<cudaStream_t>(stream));
+        state = State::copied;
+        ++copies;
+      } else if (c.kind == Kind::event_record && c.event == event) {
+        if (state == State::copied && c.stream == static_cast<cudaStream_t>(stream))
+          state = State::fenced;
+      } else if (c.kind == Kind::event_synchronize && c.event == event) {
+        if (state == State::fenced) state = State::free;
+      } else if ((c.kind == Kind::stream_synchronize &&
+                  c.stream == static_cast<cudaStream_t>(stream)) ||
+                 c.kind == Kind::device_synchronize) {
+        state = State::free;
+      }
+    }
+    CHECK(copies == 3);
+    INFO(
+        "after the last copy from the slot, its event must be recorded (the next upload waits "
+        "on it)");
+    CHECK(state != State::copied);
+  }
 }

@@ -10,6 +10,11 @@
 //
 // The declarations, with the exact contracts the tests check, are in kernels.cuh. Until you
 // implement them, the functions below throw std::logic_error, so their tests fail.
+//
+// Helpers you may call, from kernels.cuh: ceil_div, kFullMask, to_u8_saturate,
+// validate_sm_limits; CUDA_CHECK and CUDA_CHECK_LAUNCH from common/cuda_check.hpp. kernels.cu's
+// require, require_image, image_grid and kImageBlockX/Y are private to it: write the few checks
+// the hints list yourself.
 #include <climits>
 #include <stdexcept>
 
@@ -40,6 +45,9 @@ namespace lesson03 {
 //    expected) BEFORE launching: null pointers, width or height < 1, height > 65535 * 8,
 //    dst_pitch_bytes < 3 * width.
 //  - After the launch: CUDA_CHECK_LAUNCH(); (common/cuda_check.hpp).
+//  - Coalescing is not visible to the tests (the values are the same either way), except with
+//    COURSE_NCU=1 make check LESSON=03 where Nsight Compute may read the GPU's counters; name
+//    your kernel rgb_planar_to_bgr8_kernel so that check finds it. See the README.
 
 // TODO(exercise 1): write the kernel here, e.g.
 // __global__ void rgb_planar_to_bgr8_kernel(const float* src, int width, int height,

@@ -36,6 +36,8 @@ PipelineBound pipeline_bound(const StageTimes& serial, int chunks) {
 //  - With a trace, record trace->h2d_done[c], kernel_done[c], d2h_done[c] on lane.stream after
 //    each stage, even when the chunk is empty (then enqueue no copy and no kernel).
 //  - Never synchronise here: the point is that the host races ahead and queues everything.
+//  - Checked through CUPTI's records of what the GPU ran (a [cupti] test): each lane's stream
+//    ran its chunks' copies and kernels, and some copy overlapped another stream's kernel.
 void enqueue_chunks(const PipelineConfig& cfg, const std::uint32_t* in, std::uint32_t* out,
                     const std::vector<StreamLane>& lanes, PipelineTrace* trace) {
   (void)cfg;
@@ -55,7 +57,7 @@ void enqueue_chunks(const PipelineConfig& cfg, const std::uint32_t* in, std::uin
 //  - cudaEventRecord(ready, preprocess) AFTER it; cudaStreamWaitEvent(infer, ready, 0) AFTER
 //    the record (a wait on an event that has not been recorded yet waits for nothing).
 //  - Then launch_mix(tensor, result, n, rounds, infer). No cudaStreamSynchronize, no
-//    cudaDeviceSynchronize: the host must not block.
+//    cudaDeviceSynchronize: the host must not block (a [cupti] test checks the calls you make).
 void preprocess_then_infer(std::uint32_t* tensor, std::uint32_t* result, std::size_t n,
                            std::uint32_t value, std::uint64_t spin_ns, int rounds,
                            cudaStream_t preprocess, cudaStream_t infer, cudaEvent_t ready) {
@@ -82,6 +84,8 @@ void preprocess_then_infer(std::uint32_t* tensor, std::uint32_t* result, std::si
 //  - Make the host wait for the copy before it reads: cudaStreamSynchronize(stream), or record an
 //    event after the copy and cudaEventSynchronize it.
 //  - Reject null pointers with n > 0 (std::invalid_argument).
+//  - An event recorded BEFORE the copy (between the producer and the copy) is a bug that gives
+//    the right sum in practice: the copy is short. A [cupti] test checks the order of the calls.
 std::uint64_t read_result_synchronised(std::uint32_t* d_buf, std::uint32_t* host, std::size_t n,
                                        std::uint32_t value, std::uint64_t spin_ns,
                                        cudaStream_t stream) {

@@ -3,11 +3,13 @@
 // against the CPU reference, and orderings designed so that they FAIL if the ordering is missing
 // (a producer that spins before it writes). No test asserts a time.
 #include <cuda_runtime_api.h>
+#include <stdlib.h>  // mkdtemp
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <random>
@@ -15,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "common/cupti_trace.hpp"
 #include "common/memory.hpp"
 #include "common/stream.hpp"
 #include "common/testing.hpp"
@@ -340,13 +343,19 @@ TEST_CASE("timeline_svg rejects spans with non-finite, negative or absurd times"
 }
 
 TEST_CASE("write_text_file writes the text and names the path it could not open", "[timeline]") {
-  const std::string path = "lesson04_test_timeline.svg";
+  // In a fresh temporary folder, never the working directory (which may be read-only).
+  namespace fs = std::filesystem;
+  std::string dir_template = (fs::temp_directory_path() / "lesson04_test_XXXXXX").string();
+  REQUIRE(mkdtemp(dir_template.data()) != nullptr);
+  const fs::path dir = dir_template;
+  const std::string path = (dir / "timeline.svg").string();
   cs::write_text_file(path, "<svg/>\n");
   std::ifstream file(path);
   std::stringstream content;
   content << file.rdbuf();
+  file.close();
   CHECK(content.str() == "<svg/>\n");
-  std::remove(path.c_str());
+  fs::remove_all(dir);
   CHECK_THROWS_WITH(cs::write_text_file("/nonexistent-dir/x.svg", "x"),
                     Contains("/nonexistent-dir/x.svg"));
 }
@@ -457,6 +466,61 @@ TEST_CASE("The trace gives ordered stage ends that the timeline accepts", "[gpu]
   CHECK_NOTHROW(cs::timeline_svg({{"pipelined", 3, spans}}, "test"));
 }
 
+TEST_CASE("enqueue_chunks runs chunk c on stream c % K, and copies overlap other streams' kernels",
+          "[gpu][pipeline][ex2][cupti]") {
+  // What the exercise is for, observed in CUPTI's records of what the GPU ran: each lane's stream
+  // got its chunks' copies and kernels, and some copy ran while a kernel of another stream ran.
+  // Every chunk on one stream, or a synchronisation after each chunk, gives the same bytes and
+  // no overlap. The kernels are long (many rounds) next to their 1 MiB copies, so on an idle GPU
+  // the next chunk's copy always finds a kernel running; under a tool that serialises work (a
+  // sanitizer) it would not, which is why this test is left out there.
+  constexpr int kStreams = 4, kChunks = 8;
+  const cs::PipelineConfig cfg{std::size_t{1} << 21, kChunks, kStreams, 2000, 1};
+  const auto input = random_input(cfg.n, 21);
+  course::PinnedBuffer<std::uint32_t> in(cfg.n), out(cfg.n);
+  std::copy(input.begin(), input.end(), in.begin());
+  const std::size_t lane_elems = cs::chunk_size(cfg.n, cfg.chunks, 0);
+  std::vector<course::Stream> streams(kStreams);
+  std::vector<course::DeviceBuffer<std::uint32_t>> d_in, d_out;
+  std::vector<cs::StreamLane> lanes;
+  for (int l = 0; l < kStreams; ++l) {
+    d_in.emplace_back(lane_elems);
+    d_out.emplace_back(lane_elems);
+    lanes.push_back({streams[l], d_in.back().data(), d_out.back().data()});
+  }
+  std::vector<std::uint32_t> ids;
+  for (const auto& s : streams) ids.push_back(course::cupti::stream_id(s));
+
+  course::cupti::ActivityTrace trace;
+  cs::enqueue_chunks(cfg, in.data(), out.data(), lanes, nullptr);
+  const std::vector<course::cupti::GpuActivity> ran = trace.stop();
+  CHECK(std::vector<std::uint32_t>(out.begin(), out.end()) == cpu_reference(input, cfg.rounds));
+
+  using Kind = course::cupti::GpuActivity::Kind;
+  for (int l = 0; l < kStreams; ++l) {
+    INFO("stream of lane " << l << ": chunks " << l << " and " << l + kStreams);
+    const auto count = [&](Kind kind, cudaMemcpyKind dir) {
+      return std::count_if(ran.begin(), ran.end(), [&](const course::cupti::GpuActivity& a) {
+        return a.stream_id == ids[l] && a.kind == kind &&
+               (kind == Kind::kernel || a.copy_kind == dir);
+      });
+    };
+    CHECK(count(Kind::memcpy, cudaMemcpyHostToDevice) == kChunks / kStreams);
+    CHECK(count(Kind::kernel, cudaMemcpyDefault) == kChunks / kStreams);
+    CHECK(count(Kind::memcpy, cudaMemcpyDeviceToHost) == kChunks / kStreams);
+  }
+  bool copy_during_kernel = false;
+  for (const auto& m : ran) {
+    for (const auto& k : ran) {
+      copy_during_kernel =
+          copy_during_kernel || (m.kind == Kind::memcpy && k.kind == Kind::kernel &&
+                                 m.stream_id != k.stream_id && course::cupti::overlap(m, k));
+    }
+  }
+  INFO("no copy ran while a kernel of another stream ran: was the host waiting between chunks?");
+  CHECK(copy_during_kernel);
+}
+
 TEST_CASE("Pipeline::enqueue rejects null buffers and a trace for another chunk count",
           "[gpu][pipeline]") {
   cs::Pipeline pipeline({16, 4, 2, 1, 1});
@@ -490,6 +554,42 @@ TEST_CASE("An event orders the inference stream after a slow preprocess stream",
   const std::vector<std::uint32_t> got = course::to_host(result);
   CHECK(got == std::vector<std::uint32_t>(n, cs::mix_rounds(value, rounds)));
   CHECK(cs::mix_rounds(value, rounds) != cs::mix_rounds(0u, rounds));  // stale data would show
+}
+
+TEST_CASE("preprocess_then_infer orders the streams without blocking the host",
+          "[gpu][events][ex3][cupti]") {
+  // The order of the calls, as CUPTI saw them: the record on the preprocess stream comes before
+  // the wait of the inference stream, and the host waits for nothing. A cudaStreamSynchronize of
+  // the producer instead of the event gives the same values, and a stalled host.
+  const std::size_t n = 1024;
+  course::DeviceBuffer<std::uint32_t> tensor(n), result(n);
+  course::Stream preprocess, infer;
+  course::Event ready(cudaEventDisableTiming);
+  std::vector<course::cupti::ApiCall> calls;
+  {
+    course::cupti::ApiTrace trace;
+    cs::preprocess_then_infer(tensor.data(), result.data(), n, 5u, kProducerSpinNs, 2, preprocess,
+                              infer, ready);
+    calls = trace.calls();
+  }
+  infer.synchronize();
+  CHECK(course::to_host(result) == std::vector<std::uint32_t>(n, cs::mix_rounds(5u, 2)));
+  using Kind = course::cupti::ApiCall::Kind;
+  std::ptrdiff_t record = -1, wait = -1;
+  for (std::size_t i = 0; i < calls.size(); ++i) {
+    const auto& c = calls[i];
+    CAPTURE(i);
+    CHECK(c.kind != Kind::stream_synchronize);
+    CHECK(c.kind != Kind::device_synchronize);
+    CHECK(c.kind != Kind::event_synchronize);
+    if (c.kind == Kind::event_record && c.event == ready.get() && c.stream == preprocess.get() &&
+        record < 0)
+      record = static_cast<std::ptrdiff_t>(i);
+    if (c.kind == Kind::stream_wait_event && c.event == ready.get() && c.stream == infer.get())
+      wait = static_cast<std::ptrdiff_t>(i);
+  }
+  CHECK(record >= 0);
+  CHECK(wait > record);
 }
 
 TEST_CASE("A host function runs after the work queued before it", "[gpu][events]") {
@@ -544,6 +644,44 @@ TEST_CASE("Reading after synchronising sees the copied result", "[gpu][bug][ex4]
   course::Stream stream;
   CHECK(cs::read_result_synchronised(d.data(), host.data(), n, 7u, kProducerSpinNs, stream) ==
         7u * n);
+}
+
+TEST_CASE("read_result_synchronised waits for something queued after the copy",
+          "[gpu][bug][ex4][cupti]") {
+  // Waiting on an event recorded BEFORE the copy (after the producer) returns while the copy is
+  // about to start; the DMA of 16 KiB then outruns the host's sum, and the value is right in any
+  // run. Only the order of the calls shows it: after the cudaMemcpyAsync into `host`, the host
+  // must wait on that stream (or device), or on an event recorded on it after the copy.
+  const std::size_t n = 4096;
+  course::DeviceBuffer<std::uint32_t> d(n);
+  course::PinnedBuffer<std::uint32_t> host(n);
+  course::Stream stream;
+  std::vector<course::cupti::ApiCall> calls;
+  std::uint64_t sum = 0;
+  {
+    course::cupti::ApiTrace trace;
+    sum = cs::read_result_synchronised(d.data(), host.data(), n, 7u, kProducerSpinNs, stream);
+    calls = trace.calls();
+  }
+  CHECK(sum == 7u * n);
+  using Kind = course::cupti::ApiCall::Kind;
+  std::ptrdiff_t copy = -1;
+  for (std::size_t i = 0; i < calls.size(); ++i) {
+    if (calls[i].kind == Kind::memcpy_async && calls[i].dst == host.data())
+      copy = static_cast<std::ptrdiff_t>(i);
+  }
+  REQUIRE(copy >= 0);
+  bool waited = false;
+  std::vector<cudaEvent_t> after_copy;  // events recorded on the stream after the copy
+  for (std::size_t i = static_cast<std::size_t>(copy) + 1; i < calls.size(); ++i) {
+    const auto& c = calls[i];
+    if (c.kind == Kind::event_record && c.stream == stream.get()) after_copy.push_back(c.event);
+    waited = waited || c.kind == Kind::device_synchronize ||
+             (c.kind == Kind::stream_synchronize && c.stream == stream.get()) ||
+             (c.kind == Kind::event_synchronize &&
+              std::find(after_copy.begin(), after_copy.end(), c.event) != after_copy.end());
+  }
+  CHECK(waited);
 }
 
 TEST_CASE("read_result_synchronised handles n = 0 and rejects null buffers", "[gpu][bug][ex4]") {

@@ -10,6 +10,16 @@
 // fail. Exercise 3 also feeds v6, v7, argmax and moments: their tests fail until it is done.
 //
 // The README's "Exercises" section has the hints; reduction.cu's comments explain each idea.
+//
+// Helpers you may use: kBlockThreads and float_bits (reduction.cuh), ceil_div (below), CUDA_CHECK
+// and CUDA_CHECK_LAUNCH (common/cuda_check.hpp). reduction.cu's kFullMask and kWarps are private
+// to it: write 0xffffffff and kBlockThreads / 32.
+//
+// What the tests check besides the sums: v3's and v5's block sums equal, bit for bit, a CPU
+// emulation of the tree each exercise describes, on data where another order of additions
+// rounds differently (so v1's interleaved loop in v3 fails); on a GPU, `make check` also runs
+// exercises 1, 2 and 4 under compute-sanitizer racecheck and synccheck (a missing barrier, a
+// barrier inside the `if`, or a warp-synchronous finish without __shfl_*_sync / __syncwarp).
 #include "reduction.cuh"
 
 #include <algorithm>

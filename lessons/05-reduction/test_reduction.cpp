@@ -25,6 +25,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -34,6 +35,7 @@
 #include <string>
 #include <vector>
 
+#include "common/cuda_check.hpp"
 #include "common/memory.hpp"
 #include "common/stream.hpp"
 #include "common/testing.hpp"
@@ -441,6 +443,116 @@ TEST_CASE("every version: input pointers 4, 8 and 12 bytes past a 16-byte bounda
   for (const auto& v : reduction::versions()) {
     if (!is_exercise_version(v.number)) check_offsets(v.number);
   }
+}
+
+namespace {
+// The summation trees of one block of the shared-memory passes, emulated on the CPU in the GPU's
+// order. A sum of two floats is rounded once whatever the compiler does (there is no product to
+// fuse), so the emulation and the kernel agree bit for bit when they add in the same order, and
+// data on which nearly every addition rounds makes another order round differently.
+using Tree = std::array<float, reduction::kBlockThreads>;
+constexpr int kT = reduction::kBlockThreads;
+
+Tree load_block(const float* x, std::size_t count) {
+  Tree p{};
+  for (int t = 0; t < kT; ++t) p[t] = static_cast<std::size_t>(t) < count ? x[t] : 0.0f;
+  return p;
+}
+// v1, v2: interleaved addressing, partial[t] += partial[t + s] for t a multiple of 2s.
+float interleaved_tree(const float* x, std::size_t count) {
+  Tree p = load_block(x, count);
+  for (int s = 1; s < kT; s *= 2) {
+    for (int t = 0; t + s < kT; t += 2 * s) p[t] += p[t + s];
+  }
+  return p[0];
+}
+// v3: sequential addressing, partial[t] += partial[t + stride] for t < stride.
+float sequential_tree(const float* x, std::size_t count) {
+  Tree p = load_block(x, count);
+  for (int stride = kT / 2; stride > 0; stride /= 2) {
+    for (int t = 0; t < stride; ++t) p[t] += p[t + stride];
+  }
+  return p[0];
+}
+// v5: x[t] + x[t + kT] at load, sequential addressing down to 64 values, then lane t of warp 0
+// takes partial[t] + partial[t + 32] and adds __shfl_down_sync(v, offset) for offset 16 .. 1
+// (a lane whose source lane is past 31 gets its own value back).
+float v5_tree(const float* x, std::size_t count) {
+  Tree p{};
+  for (int t = 0; t < kT; ++t) {
+    const auto i = static_cast<std::size_t>(t);
+    float v = i < count ? x[i] : 0.0f;
+    if (i + kT < count) v += x[i + kT];
+    p[t] = v;
+  }
+  for (int stride = kT / 2; stride > 32; stride /= 2) {
+    for (int t = 0; t < stride; ++t) p[t] += p[t + stride];
+  }
+  std::array<float, 32> v{};
+  for (int t = 0; t < 32; ++t) v[t] = p[t] + p[t + 32];
+  for (int offset = 16; offset > 0; offset /= 2) {
+    const std::array<float, 32> before = v;
+    for (int t = 0; t < 32; ++t) v[t] = before[t] + before[t + offset < 32 ? t + offset : t];
+  }
+  return v[0];
+}
+
+// Full 24-bit mantissas, magnitudes from 2^-3 to 2^4, both signs: nearly every addition rounds,
+// so another order of the additions changes most blocks' sums in their last bits.
+std::vector<float> rounding_data(std::size_t n, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> exponent(-3, 3);
+  std::uniform_real_distribution<float> mantissa(1.0f, 2.0f);
+  std::vector<float> x(n);
+  for (auto& v : x) v = std::ldexp(mantissa(rng), exponent(rng)) * (rng() % 2 ? 1.0f : -1.0f);
+  return x;
+}
+
+using Pass = void (*)(const float*, std::size_t, float*, cudaStream_t);
+// The block sums of one pass over x, as bit patterns.
+std::vector<std::uint32_t> pass_bits(Pass pass, const std::vector<float>& x,
+                                     std::size_t per_block) {
+  const std::size_t blocks = (x.size() + per_block - 1) / per_block;
+  auto din = course::to_device(x);
+  course::DeviceBuffer<float> sums(blocks);
+  pass(din.data(), x.size(), sums.data(), nullptr);
+  CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<std::uint32_t> bits;
+  for (float s : course::to_host(sums)) bits.push_back(float_bits(s));
+  return bits;
+}
+std::vector<std::uint32_t> emulated_bits(float (*tree)(const float*, std::size_t),
+                                         const std::vector<float>& x, std::size_t per_block) {
+  std::vector<std::uint32_t> bits;
+  for (std::size_t b = 0; b * per_block < x.size(); ++b) {
+    bits.push_back(
+        float_bits(tree(x.data() + b * per_block, std::min(per_block, x.size() - b * per_block))));
+  }
+  return bits;
+}
+}  // namespace
+
+TEST_CASE("v3 adds in the order of sequential addressing, bit for bit", "[gpu][ex1]") {
+  // What the exercise teaches, observed without a timer: the ORDER of the additions. The
+  // interleaved loop of v1/v2 gives the same exact-integer sums (the tests above), but rounds
+  // differently on this data; the lesson's v2 pass checks the emulation itself.
+  const std::vector<float> x = rounding_data(63 * kT + 77, 2024);  // 64 blocks, the last partial
+  const auto sequential = emulated_bits(sequential_tree, x, kT);
+  const auto interleaved = emulated_bits(interleaved_tree, x, kT);
+  std::size_t told_apart = 0;
+  for (std::size_t b = 0; b < sequential.size(); ++b) told_apart += sequential[b] != interleaved[b];
+  REQUIRE(told_apart >= sequential.size() / 2);  // the data tells the two trees apart
+  CHECK(pass_bits(reduction::reduce_pass_v2_interleaved_bank_conflicts, x, kT) == interleaved);
+  INFO("block sums differ from the sequential-addressing tree: is the loop still interleaved?");
+  CHECK(pass_bits(reduction::reduce_pass_v3_sequential_addressing, x, kT) == sequential);
+}
+
+TEST_CASE("v5 adds in v4's load order, then the tree, then the shuffles, bit for bit",
+          "[gpu][ex2]") {
+  const std::vector<float> x = rounding_data(63 * 2 * kT + 300, 77);  // 64 blocks, the last partial
+  INFO("block sums differ from x[i] + x[i + 256], the tree to 64 values and the shuffle tail");
+  CHECK(pass_bits(reduction::reduce_pass_v5_warp_shuffle, x, 2 * kT) ==
+        emulated_bits(v5_tree, x, 2 * kT));
 }
 
 TEST_CASE("v3 sequential addressing: exact sums at every size and offset", "[gpu][ex1]") {

@@ -6,7 +6,14 @@
 // README.md has hints. Available from gemm.cuh: check_gemm_args (the argument checks and the
 // "nothing to do" answer), epilogue_value (alpha, beta, bias, activation of one element),
 // ceil_div, tile_grid (the blocks over C, refusing more than 65535 block rows); from
-// common/cuda_check.hpp: CUDA_CHECK_LAUNCH.
+// common/cuda_check.hpp: CUDA_CHECK and CUDA_CHECK_LAUNCH.
+//
+// What the tests check besides the values: exercise 1's kernel has one float of padding per row
+// of a 32x32 tile (its static shared memory, read with cudaFuncGetAttributes); exercises 2 and
+// 3 launch ONE kernel of 256 threads per 64x64 tile of C (CUPTI's record of the launch); on a
+// GPU, `make check` runs all three under compute-sanitizer racecheck and synccheck (a missing
+// barrier shows). Not observed: which tile the padding is in, and whether a thread's 4x4 block
+// is strided or contiguous (both give the same values and the same launch).
 #include <stdexcept>
 
 #include "common/cuda_check.hpp"
@@ -45,6 +52,12 @@ void sgemm_nt_smem_tiling(int M, int N, int K, float alpha, const float* A, cons
   // 32 x 32 threads on `stream`, check the launch. Then delete the throw.
   (void)M, (void)N, (void)K, (void)alpha, (void)A, (void)W, (void)beta, (void)C, (void)stream;
   throw std::logic_error("TODO(exercise 1): sgemm_nt_smem_tiling is not written yet");
+}
+
+cudaFuncAttributes sgemm_nt_smem_tiling_attributes() {
+  cudaFuncAttributes a{};
+  CUDA_CHECK(cudaFuncGetAttributes(&a, nt_smem_tiling_kernel));
+  return a;
 }
 
 void sgemm_nt_register_blocking(int M, int N, int K, float alpha, const float* A, const float* W,

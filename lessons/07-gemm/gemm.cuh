@@ -298,6 +298,11 @@ constexpr double kTf32InputRounding = 1.0 / (1 << 9);
 // A: M x K, W: N x K, C: M x N, row-major; the conventions at the top of this file.
 void sgemm_nt_smem_tiling(int M, int N, int K, float alpha, const float* A, const float* W,
                           float beta, float* C, cudaStream_t stream = nullptr);
+// cudaFuncGetAttributes of the kernel sgemm_nt_smem_tiling launches (exercise 1 writes it beside
+// the kernel): the tests read its static shared memory, which shows whether a 32x32 tile row
+// carries its float of padding (they cannot tell which tile carries it). Needs a device; throws
+// CudaError otherwise.
+cudaFuncAttributes sgemm_nt_smem_tiling_attributes();
 
 // Exercise 2: the same product with a 64x64 block tile and a 4x4 register block per thread.
 void sgemm_nt_register_blocking(int M, int N, int K, float alpha, const float* A, const float* W,

@@ -110,6 +110,12 @@ void sgemm_nt_smem_tiling(int M, int N, int K, float alpha, const float* A, cons
   CUDA_CHECK_LAUNCH();
 }
 
+cudaFuncAttributes sgemm_nt_smem_tiling_attributes() {
+  cudaFuncAttributes a{};
+  CUDA_CHECK(cudaFuncGetAttributes(&a, nt_smem_tiling_kernel));
+  return a;
+}
+
 void sgemm_nt_register_blocking(int M, int N, int K, float alpha, const float* A, const float* W,
                                 float beta, float* C, cudaStream_t stream) {
   if (!check_gemm_args("sgemm_nt_register_blocking", M, N, K, A, W, C)) return;

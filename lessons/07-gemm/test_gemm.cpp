@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "common/cuda_check.hpp"
+#include "common/cupti_trace.hpp"
 #include "common/memory.hpp"
 #include "common/testing.hpp"
 #include "gemm.cuh"
@@ -615,6 +616,54 @@ TEST_CASE("Exercise 1: sgemm_nt_smem_tiling computes alpha * A * W^T + beta * C"
   check_nt_shapes("ex1", f, 200);
 }
 
+TEST_CASE("Exercise 1: the W tile is padded, one float per row of 32", "[gpu][ex1]") {
+  // The padding is what makes the column read of W's tile conflict-free; without it the values
+  // are the same. Static shared memory shows it: 32 x 32 floats for A's tile plus 32 x 33 for
+  // W's (both padded is allowed too). Which tile holds the padding it cannot see.
+  constexpr std::size_t tile = 32 * 32 * sizeof(float), padded = 32 * 33 * sizeof(float);
+  const cudaFuncAttributes a = lesson07::sgemm_nt_smem_tiling_attributes();
+  INFO("static shared memory " << a.sharedSizeBytes << " bytes; two unpadded tiles are "
+                               << 2 * tile);
+  CHECK(a.sharedSizeBytes >= tile + padded);
+  CHECK(a.sharedSizeBytes <= 2 * padded);
+}
+
+namespace {
+// The kernels one call launches, as CUPTI recorded them.
+std::vector<course::cupti::GpuActivity> kernels_of(const std::function<void()>& call) {
+  course::cupti::ActivityTrace trace;
+  call();
+  std::vector<course::cupti::GpuActivity> kernels;
+  for (auto& a : trace.stop()) {
+    if (a.kind == course::cupti::GpuActivity::Kind::kernel) kernels.push_back(a);
+  }
+  return kernels;
+}
+// One launch of 256 threads per 64 x 64 tile of the M x N output: a 4x4 register block each.
+void check_register_blocked_launch(const std::vector<course::cupti::GpuActivity>& kernels, int M,
+                                   int N) {
+  REQUIRE(kernels.size() == 1);
+  const auto& k = kernels.front();
+  INFO("kernel " << k.name << ": grid " << k.grid.x << " x " << k.grid.y << " x " << k.grid.z
+                 << ", block " << k.block.x << " x " << k.block.y << " x " << k.block.z);
+  CHECK(k.block.x * k.block.y * k.block.z == 256u);
+  CHECK(k.grid.x * k.grid.y * k.grid.z == static_cast<unsigned>(((N + 63) / 64) * ((M + 63) / 64)));
+}
+}  // namespace
+
+TEST_CASE("Exercise 2: one launch, 256 threads per 64x64 tile (16 outputs a thread)",
+          "[gpu][ex2][cupti]") {
+  const int M = 130, N = 200, K = 37;
+  const auto A = course::to_device(random_vector(static_cast<std::size_t>(M) * K, 1));
+  const auto W = course::to_device(random_vector(static_cast<std::size_t>(N) * K, 2));
+  course::DeviceBuffer<float> C(static_cast<std::size_t>(M) * N);
+  check_register_blocked_launch(kernels_of([&] {
+                                  lesson07::sgemm_nt_register_blocking(M, N, K, 1.0f, A.data(),
+                                                                       W.data(), 0.0f, C.data());
+                                }),
+                                M, N);
+}
+
 TEST_CASE("Exercise 2: sgemm_nt_register_blocking rejects bad shapes", "[ex2]") {
   float dummy[1] = {};
   CHECK_THROWS_AS(lesson07::sgemm_nt_register_blocking(2, 2, -1, 1, dummy, dummy, 0, dummy),
@@ -640,6 +689,22 @@ TEST_CASE("Exercise 3: linear_forward rejects bad shapes and a null bias", "[ex3
                   std::invalid_argument);
   CHECK_NOTHROW(
       lesson07::linear_forward(0, 2, 2, nullptr, nullptr, nullptr, Activation::relu, nullptr));
+}
+
+TEST_CASE("Exercise 3: linear_forward is one kernel, the bias and activation in its write-out",
+          "[gpu][ex3][cupti]") {
+  // A GEMM followed by a bias + activation kernel gives the same values and reads and writes Y
+  // twice more: the point of the fused epilogue. CUPTI counts the launches.
+  const int M = 65, N = 130, K = 20;
+  const auto X = course::to_device(random_vector(static_cast<std::size_t>(M) * K, 3));
+  const auto W = course::to_device(random_vector(static_cast<std::size_t>(N) * K, 4));
+  const auto bias = course::to_device(random_vector(static_cast<std::size_t>(N), 5));
+  course::DeviceBuffer<float> Y(static_cast<std::size_t>(M) * N);
+  check_register_blocked_launch(kernels_of([&] {
+                                  lesson07::linear_forward(M, N, K, X.data(), W.data(), bias.data(),
+                                                           Activation::relu, Y.data());
+                                }),
+                                M, N);
 }
 
 TEST_CASE("Exercise 3: linear_forward computes act(X * W^T + bias) and never reads Y",
