@@ -70,7 +70,7 @@ esac
 if [ "$stage" = wrong ]; then
   while IFS='|' read -r name exe filter; do
     [ -z "$name" ] && continue
-    $R $B/wrong/$name/$exe --require-gpu "$filter" > "$OUT/wrong_$name.txt" 2>&1; rc=$?
+    $R $B/wrong-c/$name/$exe --require-gpu "$filter" > "$OUT/wrong_$name.txt" 2>&1; rc=$?
     echo "wrong solution $name ($exe \"$filter\"): rc=$rc $(grep -E 'test cases' "$OUT/wrong_$name.txt" | tail -1)"
   done < tools/device/wrong.list
 fi
