@@ -42,8 +42,9 @@ Ceilings measure_ceilings() {
   return c;
 }
 
-std::map<std::string, double>& baselines() {
-  static std::map<std::string, double> b;
+// Every value recorded under a name: one per repetition of the baseline's benchmark.
+std::map<std::string, std::vector<double>>& baselines() {
+  static std::map<std::string, std::vector<double>> b;
   return b;
 }
 }  // namespace
@@ -72,14 +73,16 @@ void report_bandwidth(benchmark::State& state, double bytes, double seconds_per_
 }
 
 void set_baseline(const std::string& name, double gbps) {
-  baselines()[name] = gbps;
+  baselines()[name].push_back(gbps);
 }
 
+// Against the median of the baseline's repetitions, so that the ratio does not depend on which
+// repetition of the baseline happened to run last.
 void report_vs_baseline(benchmark::State& state, const std::string& name, double gbps) {
   const auto it = baselines().find(name);
-  if (it != baselines().end() && it->second > 0.0) {
-    state.counters["%" + name] = 100.0 * gbps / it->second;
-  }
+  if (it == baselines().end() || it->second.empty()) return;
+  const double base = median(it->second);
+  if (base > 0.0) state.counters["%" + name] = 100.0 * gbps / base;
 }
 
 int run_main(int argc, char** argv) {

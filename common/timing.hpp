@@ -17,7 +17,8 @@
 //    host's steady clock before the enqueue and after cudaStreamSynchronize: launch latency,
 //    driver work and the synchronisation are all in it, as they are in a request.
 //
-// L2: by default samples run back to back, so data that fits the L2 (50 MiB on an H100/H200)
+// L2: by default samples run back to back, so data that fits the L2 (50 MiB on an H100, 60 MiB on
+// the H200)
 // can stay there between samples ("warm"). L2::flushed reads a buffer twice the L2's size
 // before each sample, outside the timed interval, so the work starts from DRAM ("cold"). Every
 // table says which one it shows.

@@ -12,7 +12,9 @@
 //   GB/s      bytes over the host link (in + out) per second
 //   speedup   serial time / this time
 //   %ideal    ideal time / this time: the achieved fraction of the ideal speedup
-//   us/frame  (frames) GPU time per frame; %streams: frames per second relative to streams
+//   us/frame  (frames) end-to-end latency per frame (host call to completion: what a graph
+//             saves is launch work, which only this clock sees); gpu_us: the GPU time beside it;
+//             %streams: frames per second relative to streams
 #include <algorithm>
 #include <cstdint>
 #include <map>

@@ -104,8 +104,9 @@ Data& data(const benchmark::State& state) {
 }
 
 // Per source size, measured first (registration order is run order): the CPU pipeline's and
-// the unfused GPU path's seconds per frame.
-std::map<std::string, double> g_cpu_seconds, g_unfused_seconds;
+// the unfused GPU path's seconds per frame, one value per repetition; ratios use their median, so
+// they do not depend on which repetition of the baseline ran last.
+std::map<std::string, std::vector<double>> g_cpu_seconds, g_unfused_seconds;
 
 // Single-frame and batch rows: GPU time and latency, the harness's way. No flush: the rotation
 // keeps the L2 from helping (see the top of this file).
@@ -118,8 +119,8 @@ void report(benchmark::State& state, const Data& d, double bytes, double seconds
   if (seconds <= 0.0) return;
   state.counters["frames/s"] = frames / seconds;
   const auto it = g_unfused_seconds.find(d.size());
-  if (it != g_unfused_seconds.end())
-    state.counters["%unfused"] = 100.0 * it->second * frames / seconds;
+  if (it != g_unfused_seconds.end() && !it->second.empty())
+    state.counters["%unfused"] = 100.0 * course::median(it->second) * frames / seconds;
 }
 
 // ---- CPU: what a user writes without a GPU kernel (timed on the host, OpenCV's threads).
@@ -138,7 +139,7 @@ void BM_cpu_opencv_pipeline(benchmark::State& state) {
   }
   const double mean =
       total / static_cast<double>(std::max<benchmark::IterationCount>(1, state.iterations()));
-  g_cpu_seconds[d.size()] = mean;
+  g_cpu_seconds[d.size()].push_back(mean);
   state.counters["frames/s"] = 1.0 / mean;
   state.SetLabel(d.size() + ", CPU, " + std::to_string(cv::getNumThreads()) + " OpenCV threads");
 }
@@ -151,7 +152,7 @@ void BM_gpu_unfused(benchmark::State& state) {
     letterbox_v1_u8(d.views[i], d.u8[i].data(), kDstW, kDstH, d.stream);
     hwc_u8_to_chw_f32(d.u8[i].data(), kDstW, kDstH, d.out(i), {}, d.stream);
   });
-  g_unfused_seconds[d.size()] = s;
+  g_unfused_seconds[d.size()].push_back(s);
   // The intermediate is written by the first kernel and read back by the second.
   report(state, d, d.src_read + 2 * kU8Bytes + kF32Bytes, s, 1, "rotated, 2 kernels");
 }
@@ -191,8 +192,9 @@ void BM_upload_v2_fused(benchmark::State& state) {
   state.counters["frames/s"] = 1.0 / s;
   const auto cpu = g_cpu_seconds.find(d.size());
   const auto lat = state.counters.find("latency_us");
-  if (cpu != g_cpu_seconds.end() && lat != state.counters.end() && lat->second > 0.0) {
-    state.counters["x_cpu"] = cpu->second / (1e-6 * lat->second);
+  if (cpu != g_cpu_seconds.end() && !cpu->second.empty() && lat != state.counters.end() &&
+      lat->second > 0.0) {
+    state.counters["x_cpu"] = course::median(cpu->second) / (1e-6 * lat->second);
   }
 }
 
