@@ -76,12 +76,17 @@ void set_baseline(const std::string& name, double gbps) {
   baselines()[name].push_back(gbps);
 }
 
-// Against the median of the baseline's repetitions, so that the ratio does not depend on which
-// repetition of the baseline happened to run last.
+// Against the median of the last 5 values recorded under the name: the 5 repetitions of the
+// baseline's most recent run (defaults() asks for 5; Google Benchmark's trial runs, which pick
+// the iteration count, come before them, and a benchmark that records the same name for several
+// sizes runs each size's baseline just before the rows that compare with it). So the ratio does
+// not depend on which repetition ran last, and never mixes sizes or trials.
 void report_vs_baseline(benchmark::State& state, const std::string& name, double gbps) {
   const auto it = baselines().find(name);
   if (it == baselines().end() || it->second.empty()) return;
-  const double base = median(it->second);
+  const std::vector<double>& v = it->second;
+  const std::size_t last = std::min<std::size_t>(5, v.size());
+  const double base = median(std::vector<double>(v.end() - static_cast<std::ptrdiff_t>(last), v.end()));
   if (base > 0.0) state.counters["%" + name] = 100.0 * gbps / base;
 }
 

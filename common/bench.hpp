@@ -129,8 +129,8 @@ void report_bandwidth(benchmark::State& state, double bytes, double seconds_per_
 void report_throughput(benchmark::State& state, double bytes, double seconds_per_iteration);
 
 // Records `gbps` as the library baseline under `name` (e.g. "cub") so that later benchmarks can
-// report % of it with report_vs_baseline (against the median of every value recorded under the
-// name: one per repetition). Baselines are registered first, so they run first.
+// report % of it with report_vs_baseline (against the median of the last 5 values recorded under
+// the name: the baseline's 5 repetitions). Baselines are registered first, so they run first.
 void set_baseline(const std::string& name, double gbps);
 void report_vs_baseline(benchmark::State& state, const std::string& name, double gbps);
 

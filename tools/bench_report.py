@@ -70,6 +70,96 @@ def run_line(context, lesson, rows=None):
                 float(context.get("dram_theoretical_gbps", "nan")), clocks, l2))
 
 
+def recompute(rows, counter, baseline_of, time=lambda b: b.get("real_time"), scale=lambda name: 1.0):
+    """Recompute a "% of baseline" counter as a ratio of medians: for every row that has `counter`,
+    100 x time(baseline row) x scale(row) / time(row), where baseline_of(row name) names the
+    baseline row (None: leave the row alone). The benchmark binaries of the 2026-12-01 run
+    divided by a median of the baseline's recorded values that could mix sizes and Google
+    Benchmark's trial runs; the medians in the JSON give the like-for-like figure directly."""
+    for name, b in rows.items():
+        if counter not in b:
+            continue
+        base_name = baseline_of(name)
+        base = rows.get(base_name) if base_name else None
+        tb, tr = (time(base), time(b)) if base else (None, None)
+        if tb and tr:
+            b[counter] = 100.0 * tb * scale(name) / tr
+
+
+def _parts(name):
+    return name.split("/")
+
+
+def derive_02(rows):
+    for prefix, baseline, counter in (("transpose", "memcpy_d2d", "%memcpy"),
+                                      ("preprocess", "device_resident", "%device_resident")):
+        recompute(rows, counter, lambda n, p=prefix, bl=baseline: "%s/%s/%s" % (p, bl, _parts(n)[2])
+                  if _parts(n)[0] == p and len(_parts(n)) == 3 else None)
+
+
+def derive_03(rows):
+    recompute(rows, "%thrust", lambda n: "BM_thrust_transform_plus")
+
+
+def derive_04(rows):
+    recompute(rows, "%streams", lambda n: "BM_frame_streams", time=lambda b: b.get("us/frame"))
+
+
+def derive_05(rows):
+    for name, b in rows.items():
+        for k in [k for k in b if k.startswith("%cub@")]:
+            base = rows.get("BM_cub_sum/" + k[len("%cub@"):])
+            if base:
+                b[k] = 100.0 * base["real_time"] / b["real_time"]
+        for k in [k for k in b if k.startswith("%cub_end_to_end@")]:
+            base = rows.get("BM_cub_sum/" + k[len("%cub_end_to_end@"):])
+            if base and b.get("latency_us"):
+                b[k] = 100.0 * base["latency_us"] / b["latency_us"]
+
+
+def derive_06(rows):
+    def size(n):
+        return "/".join(_parts(n)[1:3])
+    recompute(rows, "%unfused", lambda n: "BM_gpu_unfused/" + size(n),
+              scale=lambda n: 32.0 if "x32" in n else 1.0)
+    for name, b in rows.items():
+        cpu = rows.get("BM_cpu_opencv_pipeline/" + size(name))
+        if "x_cpu" in b and cpu and b.get("latency_us"):
+            b["x_cpu"] = cpu["real_time"] / b["latency_us"]  # both in us: CPU time / end to end
+
+
+def derive_07(rows):
+    def cublas_of(n):
+        p = _parts(n)
+        if p[0] == "sweep":
+            return "sweep/cublas_sgemm/" + p[2]
+        if p[0].startswith("tensor_cores_"):
+            return "all_versions_" + p[0][len("tensor_cores_"):] + "/cublas_sgemm"
+        return p[0] + "/cublas_sgemm"
+    recompute(rows, "%cublas", cublas_of)
+    recompute(rows, "%cublas_tf32", lambda n: _parts(n)[0] + "/cublas_tf32")
+
+
+def derive_08(rows):
+    def cpu_of(n):
+        p = _parts(n)
+        if p[0] == "gpu_postprocess" or p[0] == "cpu_postprocess":
+            return "cpu_postprocess/" + p[1]
+        if p[0] in ("gpu_nms", "cpu_nms"):
+            return "cpu_nms/" + p[-1]
+        return None
+    for name, b in rows.items():
+        for k in [k for k in b if k.startswith("%cpu_")]:
+            base = rows.get(cpu_of(name) or "")
+            if base:
+                b[k] = 100.0 * base["real_time"] / b["real_time"]
+
+
+# Per lesson: "% of baseline" counters recomputed from the medians before tables are drawn.
+DERIVED = {"02": derive_02, "03": derive_03, "04": derive_04, "05": derive_05, "06": derive_06,
+           "07": derive_07, "08": derive_08}
+
+
 def lesson_block(lesson, context, rows, chart_prefix):
     folder, tables, charts = LESSONS[lesson]
     out = [run_line(context, lesson, rows), ""]
@@ -96,7 +186,7 @@ def main():
            "Times are GPU time (CUDA events behind a blocking kernel: launch latency excluded, see "
            "`common/timing.hpp`) unless a row says *end to end* (host call to completion); "
            "`latency_us` is the end-to-end time beside a GPU time. "
-           "Counters: `GB/s` = 1e9 bytes per second; `%copy` = that rate over the better device "
+           "Every `%<baseline>` column and `x_cpu` is a ratio of medians, computed here from the JSON (`tools/bench_report.py`): the baseline row's median time over this row's median time, at the same size. Counters: `GB/s` = 1e9 bytes per second; `%copy` = that rate over the better device "
            "copy of the same run (cudaMemcpy or a copy kernel; both count bytes read and written); `%cub`, `%cublas`, "
            "`%thrust`, `%memcpy`, `%unfused`, `%streams` = the library or simpler baseline's time over "
            "this one's (x100); `%peak` = over the FP32 peak from SM count x 128 lanes x 2 x boost "
@@ -109,6 +199,8 @@ def main():
             doc += [title, "", "(no %s in this run)" % path, ""]
             continue
         context, rows = plot_bench.load(path)
+        if lesson in DERIVED:
+            DERIVED[lesson](rows)
         lesson_dir = os.path.join(ROOT, "lessons", folder)
         for png, flt, metric, bars, ctitle in charts:
             plot_bench.chart(context, plot_bench.select(rows, flt), metric, os.path.join(lesson_dir, png),
