@@ -9,7 +9,8 @@
 //    stream with a blocking kernel that spins on a flag in pinned host memory, queues `start`,
 //    the work and `stop` behind it, and only then releases the flag: everything reaches the GPU
 //    before `start` executes, and the interval is the GPU's own time. This is NVBench's
-//    "blocking kernel" method (NVIDIA/nvbench, docs/benchmarks.md "Cold measurements"). We chose
+//    "blocking kernel" method (NVIDIA/nvbench: nvbench/blocking_kernel.cuh, used by its "cold"
+//    measurement, nvbench/detail/measure_cold.cuh, with an L2 flush). We chose
 //    it over timing many back-to-back launches between one event pair because it keeps one
 //    sample per call (medians, per-sample setup such as an L2 flush or putting managed pages
 //    back) and needs nothing from the work but that it can be enqueued twice.
@@ -22,6 +23,12 @@
 // can stay there between samples ("warm"). L2::flushed reads a buffer twice the L2's size
 // before each sample, outside the timed interval, so the work starts from DRAM ("cold"). Every
 // table says which one it shows.
+//
+// Copies: the hold kernel runs on a compute engine and a cudaMemcpyAsync on a copy engine, so a
+// held copy's GPU time also holds the hand-over between the two. Measured on the H200 host
+// (2026-12-01): a 4 KiB pinned host-to-device copy reads 9.1-9.5 us of GPU time but 7.9-8.4 us
+// end to end. For small copies read the end-to-end latency; from a few MiB up the hand-over is
+// lost in the transfer.
 //
 // Work that blocks the host thread cannot be timed with the hold: a pageable cudaMemcpyAsync,
 // cudaMemcpy, cudaMalloc, a stream or device synchronisation, or anything that waits for the
