@@ -70,6 +70,9 @@ function(add_lesson)
   target_link_libraries(${p}_exercise_tests PRIVATE ${p}_exercise_code course_test_main
                                                      ${L_TEST_LIBS})
 
+  # What cmake/check_exercise.sh (make check) needs to say which exercises it could check.
+  file(WRITE "${CMAKE_CURRENT_BINARY_DIR}/${p}_exercises.txt"
+       "exercises: ${L_EXERCISES}\ngpu_exercises: ${L_GPU_EXERCISES}\n")
   add_test(NAME ${nn}/cpu COMMAND ${p}_tests ${COURSE_CATCH2_NO_TESTS_OK} "~[gpu]")
   set_tests_properties(${nn}/cpu PROPERTIES LABELS "cpu;${p}")
   add_test(NAME ${nn}/gpu COMMAND ${p}_tests --require-gpu ${COURSE_CATCH2_NO_TESTS_OK} "[gpu]")

@@ -57,6 +57,22 @@ if [ ! -x "$exe" ]; then
   exit 2
 fi
 
+# The lesson's exercises and those whose tests need a GPU (written by add_lesson beside the
+# binary; absent for binaries collected elsewhere, which then skip these checks).
+list_file=$(dirname "$exe")/lesson${nn}_exercises.txt
+all_ex="" gpu_ex=""
+if [ -f "$list_file" ]; then
+  all_ex=$(sed -n 's/^exercises: *//p' "$list_file" | tr ';' ' ')
+  gpu_ex=$(sed -n 's/^gpu_exercises: *//p' "$list_file" | tr ';' ' ')
+  if [ -n "$only" ]; then
+    case " $all_ex " in
+      *" $only "*) ;;
+      *) echo "check_exercise: lesson $nn has no exercise $only (its exercises: $all_ex)" >&2
+         exit 2 ;;
+    esac
+  fi
+fi
+
 failed=""
 hung=no  # after a run that timed out, the later stages would only time out too
 say() { echo "check_exercise: lesson $nn $1"; }
@@ -95,7 +111,8 @@ case $rc in
   124) say "tests: FAILED (timed out: a barrier that not every thread reaches can hang)"
        failed="$failed tests"
        hung=yes ;;
-  *) say "tests: FAILED (exit $rc)"; failed="$failed tests" ;;
+  *) say "tests: FAILED ($rc test case(s) failed, or the run stopped: see above)"
+     failed="$failed tests" ;;
 esac
 
 # Is there a GPU? The binary's --require-gpu answers 77 without one.
@@ -225,7 +242,14 @@ for entry in $ncu_table; do
 done
 
 if [ -z "$failed" ]; then
-  if [ -n "$why_not" ]; then
+  if [ "$gpu" = no ] && [ -n "$all_ex" ]; then
+    # Without a GPU only the CPU tests ran: an exercise whose tests need a GPU is not checked.
+    checked="" unchecked=""
+    for ex in ${only:-$all_ex}; do
+      case " $gpu_ex " in *" $ex "*) unchecked="$unchecked $ex" ;; *) checked="$checked $ex" ;; esac
+    done
+    echo "check_exercise: lesson $nn${only:+ [$only]}: CPU tests passed${checked:+ (checked:$checked)}${unchecked:+; NOT CHECKED here:$unchecked, whose tests need a GPU}"
+  elif [ -n "$why_not" ]; then
     echo "check_exercise: lesson $nn${only:+ [$only]}: passed, but the GPU checks did not run ($why_not)"
   else
     echo "check_exercise: lesson $nn${only:+ [$only]}: passed"

@@ -18,8 +18,9 @@
 // What the tests check besides the sums: v3's and v5's block sums equal, bit for bit, a CPU
 // emulation of the tree each exercise describes, on data where another order of additions
 // rounds differently (so v1's interleaved loop in v3 fails); on a GPU, `make check` also runs
-// exercises 1, 2 and 4 under compute-sanitizer racecheck and synccheck (a missing barrier, a
-// barrier inside the `if`, or a warp-synchronous finish without __shfl_*_sync / __syncwarp).
+// exercises 1 and 2 under compute-sanitizer racecheck and synccheck, and exercise 4 under
+// synccheck (a missing barrier, a barrier inside the `if`, a warp-synchronous finish without
+// __shfl_*_sync / __syncwarp, or lanes that leave before a full-mask shuffle).
 #include "reduction.cuh"
 
 #include <algorithm>
