@@ -2,7 +2,9 @@
 //   make check LESSON=01
 // until every test passes. The declarations and what each function must do are in context.cuh;
 // README.md has hints. Useful: course::driver() (common/driver_api.hpp) gives the Driver API,
-// CU_CHECK / CUDA_CHECK check calls.
+// CU_CHECK / CUDA_CHECK check calls, kernel_a_symbol() / kernel_b_symbol() (context.cuh) are the
+// kernels' host stubs (exercise 2). context.cu's require_ordinal is private to it: check
+// `device >= 0` yourself (std::invalid_argument).
 #include <stdexcept>
 
 #include "common/cuda_check.hpp"

@@ -436,8 +436,6 @@ TEST_CASE("Exercise 3: OwnContext rejects a negative ordinal", "[ex3]") {
 
 CHILD_PROBE(ex3_own_context) {
   CUDA_CHECK(cudaFree(nullptr));  // the primary context is current before
-  std::size_t free_before = 0, total_before = 0;
-  CUDA_CHECK(cudaMemGetInfo(&free_before, &total_before));
   CUcontext primary = nullptr;
   CU_CHECK(course::driver().cuCtxGetCurrent(&primary));
   CUcontext seen = nullptr, alloc_ctx = nullptr;
@@ -448,18 +446,13 @@ CHILD_PROBE(ex3_own_context) {
   });
   CUcontext after = nullptr;
   CU_CHECK(course::driver().cuCtxGetCurrent(&after));
-  // Gone afterwards, observed twice: the driver no longer accepts the handle (a context that
-  // was only popped still answers cuCtxGetApiVersion), and the device memory a context reserves
-  // (tens to hundreds of MiB) is back. free_before is read in the primary context before the new
-  // one exists; nothing else allocates in this child.
+  // Gone afterwards: the driver no longer accepts the handle (a context that was only popped
+  // still answers cuCtxGetApiVersion). Free device memory is no witness: on the H200 a correctly
+  // destroyed context still left cudaMemGetInfo 216 MiB below where it was before it existed
+  // (a popped one: 523 MiB), so this test does not look at it.
   unsigned version = 0;
   const CUresult query = course::driver().cuCtxGetApiVersion(returned, &version);
-  std::size_t free_after = 0, total = 0;
-  CUDA_CHECK(cudaMemGetInfo(&free_after, &total));
   report("handle_rejected_afterwards", query != CUDA_SUCCESS);
-  report("memory_back_mib", static_cast<long long>((static_cast<double>(free_after) -
-                                                    static_cast<double>(free_before)) /
-                                                   (1 << 20)));
   report("new_context_is_not_primary", returned != nullptr && returned != primary);
   report("fn_ran_in_it", seen == returned);
   report("runtime_allocated_in_it", alloc_ctx == returned);
@@ -474,7 +467,6 @@ TEST_CASE("Exercise 3: a Driver API context hosts runtime calls and is gone afte
   CHECK(c.value("fn_ran_in_it") == "1");
   CHECK(c.value("runtime_allocated_in_it") == "1");
   CHECK(c.value("primary_current_again") == "1");
-  // A context popped instead of destroyed passes every check above: these two catch it.
+  // A context popped instead of destroyed passes every check above: this one catches it.
   CHECK(c.value("handle_rejected_afterwards") == "1");
-  CHECK(std::stoll(c.value("memory_back_mib")) >= -16);  // within 16 MiB of where it was
 }

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
@@ -234,8 +235,11 @@ TEST_CASE("invert_affine agrees with cv::invertAffineTransform", "[ex1][geometry
     rng.fill(fwd, cv::RNG::UNIFORM, -3.0, 3.0);
     const Affine2x3 mine = invert_affine(to_affine(fwd));
     const Affine2x3 theirs = opencv_inverse(fwd);
+    // Bit for bit, not approximately: the launchers quantise positions to 1/32 pixel, so a
+    // last-bit difference (m / det instead of m * (1 / det), say) can move a sample to the next
+    // grid cell. Equal rounding needs OpenCV's order of operations (the exercise's hint).
     for (int k = 0; k < 6; ++k) {
-      CHECK(mine.m[k] == Approx(theirs.m[k]).epsilon(1e-12).margin(1e-12));
+      CHECK(mine.m[k] == theirs.m[k]);
     }
     // And it is an inverse: inv(fwd(p)) == p.
     double x = 0, y = 0, bx = 0, by = 0;
@@ -622,6 +626,23 @@ TEST_CASE("bilinear_sample_bgr_replicate matches cv::warpAffine with BORDER_REPL
       }
     }
     CHECK(max_abs_diff(mine, opencv_warp(src, fwd, c.dw, c.dh, cv::BORDER_REPLICATE)) <= 1);
+  }
+  SECTION("inside the image, exactly the constant-border sample (same weights, same rounding)") {
+    // The tolerance of 1 above (OpenCV's vector paths) would let a rounding slip through, e.g.
+    // a truncating >> 10 without the + 512. Where all four taps are inside, the border mode
+    // cannot matter, so the two samplers must agree bit for bit (bilinear_sample_bgr is
+    // checked against cv::warpAffine elsewhere in this file).
+    const cv::Mat src = random_image(37, 23, 77);
+    cv::RNG rng(78);
+    int differing = 0;
+    for (int i = 0; i < 5000; ++i) {
+      const SubpixelPos p{rng.uniform(0, 36 * kSubpixelSteps), rng.uniform(0, 22 * kSubpixelSteps)};
+      std::uint8_t mine[3], constant[3];
+      bilinear_sample_bgr_replicate(view_of(src), p, mine);
+      bilinear_sample_bgr(view_of(src), p, kPadValue, constant);
+      differing += mine[0] != constant[0] || mine[1] != constant[1] || mine[2] != constant[2];
+    }
+    CHECK(differing == 0);
   }
   SECTION("far outside, the nearest corner pixel") {
     const cv::Mat src = random_image(4, 3, 1);
@@ -1037,5 +1058,17 @@ TEST_CASE("letterbox_fp16 writes v2's values rounded to half", "[gpu][ex4]") {
       bad += err > std::ldexp(std::fabs(ref[i]), -11) + grey + 1e-5;
     }
     CHECK(bad == 0);
+    // And exactly v2's float values rounded to nearest even (the rounding the exercise asks
+    // for): v2 is checked against OpenCV above, and the host's __float2half_rn is the oracle of
+    // the rounding. A truncating __float2half_rz stays inside the tolerance above; not here.
+    course::DeviceBuffer<float> float_out(n);
+    letterbox_v2_fused(d.view(), float_out.data(), c.dw, c.dh, imagenet_normalize());
+    const std::vector<float> v2 = course::to_host(float_out);
+    std::size_t not_rn = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      const __half want = __float2half_rn(v2[i]);
+      not_rn += std::memcmp(&want, &got[i], sizeof(__half)) != 0;
+    }
+    CHECK(not_rn == 0);
   }
 }

@@ -6,6 +6,10 @@
 // What each function must do is documented where it is declared, in postprocess.cuh; README.md
 // has hints. The solutions are in solutions.cuh: try first.
 //
+// Helpers you may call: mul_rn, is_finite, unletterbox_box, kMaxTopK (postprocess.cuh),
+// CUDA_CHECK_LAUNCH (common/cuda_check.hpp). postprocess.cu's kFullMask and kWarpSize are
+// private to it: define your own here (0xffffffffu and 32) if exercise 4 needs them.
+//
 // Exercises 1-3 are __host__ __device__ functions: the CPU tests call them directly, and the
 // kernels in postprocess.cu call them on the GPU (in this build, postprocess.cu is compiled with
 // relocatable device code so that its kernels can call functions defined in this file). A

@@ -733,6 +733,31 @@ void softmax_rows(const float* logits, float* probs, int rows, int cols, cudaStr
   CUDA_CHECK_LAUNCH();
 }
 
+namespace {
+__global__ void iou_pairs_kernel(const Box* __restrict__ a, const Box* __restrict__ b, int n,
+                                 float* __restrict__ out) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = iou(a[i], b[i]);
+}
+}  // namespace
+
+std::vector<float> iou_gpu(const std::vector<Box>& a, const std::vector<Box>& b) {
+  if (a.size() != b.size()) {
+    throw std::invalid_argument("iou_gpu: a and b must hold as many boxes, got " +
+                                std::to_string(a.size()) + " and " + std::to_string(b.size()));
+  }
+  if (a.empty()) return {};
+  if (a.size() > static_cast<std::size_t>(INT_MAX)) {
+    throw std::invalid_argument("iou_gpu: at most INT_MAX pairs");
+  }
+  const int n = static_cast<int>(a.size());
+  const course::DeviceBuffer<Box> d_a = course::to_device(a), d_b = course::to_device(b);
+  course::DeviceBuffer<float> d_out(a.size());
+  iou_pairs_kernel<<<ceil_div(n, 256), 256>>>(d_a.data(), d_b.data(), n, d_out.data());
+  CUDA_CHECK_LAUNCH();
+  return course::to_host(d_out);
+}
+
 }  // namespace lesson08
 
 // The exercise solutions (solutions.cuh): compiled here, in this translation unit, by the

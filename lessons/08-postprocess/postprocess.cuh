@@ -329,6 +329,12 @@ class GpuNms {
   course::DeviceBuffer<std::uint8_t> result_;  // ResultHeader + Detection[capacity]
 };
 
+// For tests: iou(a[i], b[i]) for every i, computed on the GPU by the same iou() the kernels call
+// (the exercise's, in the exercise build). GPU == CPU bit for bit is the promise that mul_rn
+// keeps; a plain a * b lets nvcc fuse products into FMAs, and this shows it. Synchronous.
+// Throws std::invalid_argument if a.size() != b.size().
+std::vector<float> iou_gpu(const std::vector<Box>& a, const std::vector<Box>& b);
+
 // Convenience for tests: copies `boxes` to the device, runs GpuNms, returns the kept boxes.
 // Throws std::invalid_argument if an index repeats, a score is NaN, the threshold is outside
 // [0, 1] or there are more than kMaxNmsBoxes boxes.

@@ -37,7 +37,7 @@ case $mode in
       mkdir -p "$dir"
       [ -f "$dir/variant.cu" ] || cp ".wrong/lesson$nn/control.cu" "$dir/variant.cu"
       if [ ! -f "$dir/CMakeCache.txt" ]; then
-        cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
+        cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 -DCOURSE_LESSONS=$nn \
           "-DLESSON_EXERCISE_SOURCE_$nn=$root/$dir/variant.cu" >"$dir/configure.log" 2>&1 ||
           { cat "$dir/configure.log"; exit 1; }
       fi
@@ -67,13 +67,14 @@ case $mode in
     logs=build-h200/wrong-logs
     mkdir -p "$logs"
     export CHECK_EXERCISE_TIMEOUT="${CHECK_EXERCISE_TIMEOUT:-120}"
-    printf '%-6s %-4s %-36s %-22s %-8s %s\n' lesson ex bug expected result "caught by"
+    printf '%-6s %-4s %-36s %-22s %-8s %5s %s\n' lesson ex bug expected result secs "caught by"
     for nn in $lessons; do
       for folder in "$out"/lesson"$nn"_*; do
         [ -d "$folder" ] || continue
         bug=${folder##*/lesson"${nn}"_}
         ex=${bug%%_*}
         expected=$(sed -n 's/.*Expected to be caught by: \(.*\)\.$/\1/p' "$folder/about")
+        t0=$(date +%s)
         if [ "$bug" = control ]; then
           ex=all
           expected="nothing"
@@ -82,6 +83,7 @@ case $mode in
           sh cmake/check_exercise.sh "$folder" "$nn" "$ex" >"$logs/lesson${nn}_$bug.log" 2>&1
         fi
         rc=$?
+        secs=$(( $(date +%s) - t0 ))
         by=$(sed -n 's/^check_exercise: lesson [0-9]* \([a-z]*\): FAILED.*/\1/p' "$logs/lesson${nn}_$bug.log" | tr '\n' ' ')
         notrun=$(grep -c ': not run (' "$logs/lesson${nn}_$bug.log")
         if [ $rc != 0 ]; then
@@ -92,7 +94,7 @@ case $mode in
           result=passed
         fi
         [ "$notrun" -gt 0 ] && by="$by(${notrun} stage(s) not run)"
-        printf '%-6s %-4s %-36s %-22s %-8s %s\n' "$nn" "$ex" "$bug" "$expected" "$result" "$by"
+        printf '%-6s %-4s %-36s %-22s %-8s %5s %s\n' "$nn" "$ex" "$bug" "$expected" "$result" "$secs" "$by"
       done
     done
     echo "logs: $logs/ (a wrong solution that PASSED was not caught: read its log)"
