@@ -91,6 +91,25 @@ std::size_t count_bad(const Problem<In>& p, const course::DeviceBuffer<Out>& got
   return bad;
 }
 
+// One checked run of version v (every element vs cuBLAS), then its median time.
+struct Measured {
+  double ms;
+  std::size_t bad;
+};
+template <class In>
+Measured run_checked(int v, const Problem<In>& p, course::DeviceBuffer<In>& C, int reps,
+                     cudaStream_t s) {
+  const auto call = [&] {
+    tensor_gemm(v, p.M, p.N, p.K, 1.0f, p.A.data(), p.B.data(), 0.0f, C.data(), nullptr,
+                Activation::none, s);
+  };
+  CUDA_CHECK(cudaMemsetAsync(C.data(), 0, C.bytes(), s));
+  call();
+  CUDA_CHECK(cudaStreamSynchronize(s));
+  const std::size_t bad = count_bad(p, C);
+  return {median_ms(s, reps, call), bad};
+}
+
 void print_header() {
   std::printf("  %-22s %9s %9s %9s %8s   %s\n", "version", "ms", "TFLOP/s", "%cuBLAS", "%peak",
               "check (every element vs cuBLAS)");
@@ -129,18 +148,10 @@ std::vector<double> version_table(const Blas& blas, const Options& opt, const st
       std::printf("  %-22s skipped: needs K and N multiples of 8\n", info.name);
       continue;
     }
-    CUDA_CHECK(cudaMemsetAsync(C.data(), 0, C.bytes(), s));
-    tensor_gemm(v, p.M, p.N, p.K, 1.0f, p.A.data(), p.B.data(), 0.0f, C.data(), nullptr,
-                Activation::none, s);
-    CUDA_CHECK(cudaStreamSynchronize(s));
-    const std::size_t bad = count_bad(p, C);
-    const double ms = median_ms(s, opt.reps, [&] {
-      tensor_gemm(v, p.M, p.N, p.K, 1.0f, p.A.data(), p.B.data(), 0.0f, C.data(), nullptr,
-                  Activation::none, s);
-    });
-    print_row(info.name, ms, flops, cublas_tflops, peak,
-              bad == 0 ? "ok" : "FAILED (" + std::to_string(bad) + " elements)");
-    tflops[v] = bad == 0 ? flops / (ms / 1e3) / 1e12 : 0.0;
+    const Measured r = run_checked(v, p, C, opt.reps, s);
+    print_row(info.name, r.ms, flops, cublas_tflops, peak,
+              r.bad == 0 ? "ok" : "FAILED (" + std::to_string(r.bad) + " elements)");
+    tflops[v] = r.bad == 0 ? flops / (r.ms / 1e3) / 1e12 : 0.0;
   }
   return tflops;
 }
@@ -227,18 +238,11 @@ int run(const Options& opt) {
       const double cb = median_ms(stream, opt.reps, [&] {
         cublas_gemm(blas, p.M, p.N, p.K, 1.0f, p.A.data(), p.B.data(), 0.0f, C.data(), stream);
       });
-      tensor_gemm(best, p.M, p.N, p.K, 1.0f, p.A.data(), p.B.data(), 0.0f, C.data(), nullptr,
-                  Activation::none, stream);
-      CUDA_CHECK(cudaStreamSynchronize(stream));
-      const std::size_t bad = count_bad(p, C);
-      const double ours = median_ms(stream, opt.reps, [&] {
-        tensor_gemm(best, p.M, p.N, p.K, 1.0f, p.A.data(), p.B.data(), 0.0f, C.data(), nullptr,
-                    Activation::none, stream);
-      });
+      const Measured r = run_checked(best, p, C, opt.reps, stream);
       char label[64];
       std::snprintf(label, sizeof label, "%s %dx%dx%d", sh.what, sh.M, sh.N, sh.K);
-      std::printf("  %-26s %10.1f %10.1f %8.1f%%%s\n", label, cb * 1e3, ours * 1e3,
-                  100.0 * cb / ours, bad == 0 ? "" : "  FAILED check");
+      std::printf("  %-26s %10.1f %10.1f %8.1f%%%s\n", label, cb * 1e3, r.ms * 1e3,
+                  100.0 * cb / r.ms, r.bad == 0 ? "" : "  FAILED check");
     }
   }
   course::print_headline();
@@ -254,18 +258,27 @@ int main(int argc, char** argv) {
       "Runs cuBLAS and each version, checks every result, prints time, TFLOP/s, % of cuBLAS\n"
       "and % of the FP16 tensor peak; then BF16, the fused bias + GELU epilogue and inference "
       "shapes."};
-  const auto size_option = [&](const char* name, const char* value_name, const char* help,
-                               const std::function<void(const int&)>& set) {
-    app.add_option_function<int>(name, set, help)
-        ->type_name(value_name)
+  // Sizes apply in command-line order (trigger_on_parse): a later --m overrides an earlier --size.
+  struct SizeOption {
+    const char* name;
+    const char* help;
+    std::vector<int*> targets;
+  };
+  const SizeOption sizes[] = {
+      {"--size", "M = N = K = S (default 4096)", {&opt.M, &opt.N, &opt.K}},
+      {"--m", "M alone (any value >= 1)", {&opt.M}},
+      {"--n", "N alone (v2..v5 need a multiple of 8)", {&opt.N}},
+      {"--k", "K alone (v2..v5 need a multiple of 8)", {&opt.K}},
+  };
+  for (const SizeOption& so : sizes) {
+    const std::vector<int*> targets = so.targets;
+    app.add_option_function<int>(so.name, [targets](const int& v) {
+         for (int* t : targets) *t = v;
+       }, so.help)
+        ->type_name("INT")
         ->check(course::integer_in(1, 1 << 16))
         ->trigger_on_parse();
-  };
-  size_option("--size", "S", "M = N = K = S (default 4096)",
-              [&](const int& s) { opt.M = opt.N = opt.K = s; });
-  size_option("--m", "M", "M alone (any value >= 1)", [&](const int& m) { opt.M = m; });
-  size_option("--n", "N", "N alone (v2..v5 need a multiple of 8)", [&](const int& n) { opt.N = n; });
-  size_option("--k", "K", "K alone (v2..v5 need a multiple of 8)", [&](const int& k) { opt.K = k; });
+  }
   app.add_option("--version", opt.versions, "run version V only (repeat for several); default: all")
       ->type_name("V")
       ->check(course::integer_in(1, static_cast<long long>(versions().size())))

@@ -18,27 +18,15 @@
 namespace lesson10 {
 
 const char* to_string(Activation act) {
-  switch (act) {
-    case Activation::none:
-      return "none";
-    case Activation::relu:
-      return "relu";
-    case Activation::gelu:
-      return "gelu";
-  }
-  return "unknown";
+  static const char* const names[] = {"none", "relu", "gelu"};
+  const int i = static_cast<int>(act);
+  return i >= 0 && i < 3 ? names[i] : "unknown";
 }
 
 const char* to_string(DType t) {
-  switch (t) {
-    case DType::f32:
-      return "fp32";
-    case DType::f16:
-      return "fp16";
-    case DType::bf16:
-      return "bf16";
-  }
-  return "unknown";
+  static const char* const names[] = {"fp32", "fp16", "bf16"};
+  const int i = static_cast<int>(t);
+  return i >= 0 && i < 3 ? names[i] : "unknown";
 }
 
 using namespace detail;
