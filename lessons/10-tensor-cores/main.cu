@@ -32,18 +32,15 @@ using namespace lesson10;
 namespace {
 
 struct Options {
-  int M = 4096, N = 4096, K = 4096;
-  std::vector<int> versions;
-  int reps = 5;
+  int M = 4096, N = 4096, K = 4096;  // the shape of the version table
+  int reps = 5;                     // timed runs per kernel
+  std::vector<int> versions;        // empty: all
 };
 
+// The median GPU time of `reps` runs after one warm-up (common/timing.hpp's measure).
 template <class F>
 double median_ms(cudaStream_t stream, int reps, F&& enqueue) {
-  enqueue();  // warm-up (module loading, cuBLAS heuristics)
-  CUDA_CHECK(cudaStreamSynchronize(stream));
-  std::vector<double> ms;
-  for (int r = 0; r < reps; ++r) ms.push_back(course::gpu_time_ms(stream, enqueue));
-  return course::median(ms);
+  return course::measure(stream, reps, enqueue, course::L2::warm, false).gpu_ms;
 }
 
 float host_float(__half v) { return __half2float(v); }

@@ -168,6 +168,10 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
       asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
       asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+      // The compiler sees d written by the wgmma asm, not by the wait: pin every accumulator
+      // register behind the wait so no read of d (the epilogue) is scheduled before it.
+#pragma unroll
+      for (int i = 0; i < 64; ++i) asm volatile("" : "+f"(d[i])::"memory");
       if (tid_in_wg == 0) mbar_arrive(&empty[s]);
     }
     // Accumulator layout of m64nNk16 (PTX ISA, "Register fragment for D"): warp w of the group
