@@ -108,8 +108,8 @@ void run_typed(benchmark::State& state, const Spec& spec) {
   const double tflops = gemm_flops(spec.M, spec.N, spec.K) / s / 1e12;
   state.counters["TFLOP/s"] = tflops;
   state.counters["%peak"] = 100.0 * tflops / peak_tflops();
-  const std::string key = std::to_string(spec.M) + "x" + std::to_string(spec.N) + "x" +
-                          std::to_string(spec.K);
+  const std::string key =
+      std::to_string(spec.M) + "x" + std::to_string(spec.N) + "x" + std::to_string(spec.K);
   if (spec.who < 0) {
     course::bench::set_baseline(spec.baseline, tflops);
     baseline_shape()[spec.baseline] = key;
@@ -125,8 +125,8 @@ bool register_all() {
     const std::string base = bf16 ? "cublas_bf16" : "cublas_fp16";
     specs.push_back({prefix + base + suffix, M, N, K, bf16, -1, Activation::none, base});
     for (const int v : vs)
-      specs.push_back({prefix + version_info(v).name + suffix, M, N, K, bf16, v,
-                       Activation::none, base});
+      specs.push_back(
+          {prefix + version_info(v).name + suffix, M, N, K, bf16, v, Activation::none, base});
   };
   add_group("all_versions_4096/", "", 4096, 4096, 4096, false, {1, 2, 3, 4, 5});
   add_group("bf16_4096/", "", 4096, 4096, 4096, true, {4, 5});
@@ -143,9 +143,10 @@ bool register_all() {
     add_group("fc/", "/batch" + std::to_string(batch), batch, 4096, 4096, false, {4, 5});
   // ResNet-50-like 1x1 convolutions at batch 8: 56x56 pixels 64 -> 256 and 256 -> 64 channels,
   // 14x14 pixels 1024 -> 256.
-  for (const auto& s : std::vector<std::vector<int>>{{25088, 256, 64}, {25088, 64, 256}, {1568, 256, 1024}})
-    add_group("conv1x1/", "/" + std::to_string(s[0]) + "x" + std::to_string(s[1]) + "x" +
-                              std::to_string(s[2]),
+  for (const auto& s :
+       std::vector<std::vector<int>>{{25088, 256, 64}, {25088, 64, 256}, {1568, 256, 1024}})
+    add_group("conv1x1/",
+              "/" + std::to_string(s[0]) + "x" + std::to_string(s[1]) + "x" + std::to_string(s[2]),
               s[0], s[1], s[2], false, {4, 5});
 
   for (Spec& spec : specs) {

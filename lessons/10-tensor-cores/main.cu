@@ -33,8 +33,8 @@ namespace {
 
 struct Options {
   int M = 4096, N = 4096, K = 4096;  // the shape of the version table
-  int reps = 5;                     // timed runs per kernel
-  std::vector<int> versions;        // empty: all
+  int reps = 5;                      // timed runs per kernel
+  std::vector<int> versions;         // empty: all
 };
 
 // The median GPU time of `reps` runs after one warm-up (common/timing.hpp's measure).
@@ -43,8 +43,12 @@ double median_ms(cudaStream_t stream, int reps, F&& enqueue) {
   return course::measure(stream, reps, enqueue, course::L2::warm, false).gpu_ms;
 }
 
-float host_float(__half v) { return __half2float(v); }
-float host_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+float host_float(__half v) {
+  return __half2float(v);
+}
+float host_float(__nv_bfloat16 v) {
+  return __bfloat162float(v);
+}
 
 // One shape's operands and what a result is checked against: cuBLAS's C (FP32 output) and
 // sum_k |a||b| per element (cuBLAS of |A| |B|), the scale of the rounding error.
@@ -54,8 +58,14 @@ struct Problem {
   course::DeviceBuffer<In> A, B;
   course::DeviceBuffer<float> bias, expected, abs_sum;
   Problem(const Blas& blas, int m, int n, int k, cudaStream_t s)
-      : M(m), N(n), K(k), A(std::size_t{1} * m * k), B(std::size_t{1} * k * n), bias(n),
-        expected(std::size_t{1} * m * n), abs_sum(std::size_t{1} * m * n) {
+      : M(m),
+        N(n),
+        K(k),
+        A(std::size_t{1} * m * k),
+        B(std::size_t{1} * k * n),
+        bias(n),
+        expected(std::size_t{1} * m * n),
+        abs_sum(std::size_t{1} * m * n) {
     fill_uniform(A.data(), A.size(), 1, -1.0f, 1.0f, s);
     fill_uniform(B.data(), B.size(), 2, -1.0f, 1.0f, s);
     fill_uniform(bias.data(), bias.size(), 3, -1.0f, 1.0f, s);
@@ -170,11 +180,11 @@ int run(const Options& opt) {
 
   course::Stream stream;
   const Blas blas;
-  std::printf("\n1. FP16 A, B and C, FP32 accumulation: C(%dx%d) = A(%dx%d) B(%dx%d), %.1f GFLOP.\n"
-              "   Median GPU time of %d runs; every element checked against cuBLAS within the sum "
-              "of both error bounds.\n",
-              opt.M, opt.N, opt.M, opt.K, opt.K, opt.N, gemm_flops(opt.M, opt.N, opt.K) / 1e9,
-              opt.reps);
+  std::printf(
+      "\n1. FP16 A, B and C, FP32 accumulation: C(%dx%d) = A(%dx%d) B(%dx%d), %.1f GFLOP.\n"
+      "   Median GPU time of %d runs; every element checked against cuBLAS within the sum "
+      "of both error bounds.\n",
+      opt.M, opt.N, opt.M, opt.K, opt.K, opt.N, gemm_flops(opt.M, opt.N, opt.K) / 1e9, opt.reps);
   double cublas16 = 0.0;
   const std::vector<double> t16 =
       version_table<__half>(blas, opt, vs, peak.tflops, stream, &cublas16);
@@ -184,7 +194,8 @@ int run(const Options& opt) {
   if (best > 0)
     course::add_headline("FP16 %dx%dx%d: v%d %.0f TFLOP/s, %.0f%% of cuBLAS", opt.M, opt.N, opt.K,
                          best, t16[best], 100.0 * t16[best] / cublas16);
-  if (t16[4] > 0) course::add_headline("v4 (mma.sync + cp.async) %.0f%%", 100.0 * t16[4] / cublas16);
+  if (t16[4] > 0)
+    course::add_headline("v4 (mma.sync + cp.async) %.0f%%", 100.0 * t16[4] / cublas16);
   if (t16[5] > 0) course::add_headline("v5 (wgmma) %.0f%%", 100.0 * t16[5] / cublas16);
 
   std::printf("\n2. The same in BF16 (the best versions).\n");
@@ -197,9 +208,10 @@ int run(const Options& opt) {
   // 3. Fused bias + GELU: ours in the write-out vs cuBLASLt's epilogue.
   const int fused = t16[5] > 0 ? 5 : (t16[4] > 0 ? 4 : 0);
   if (fused > 0 && opt.N % 8 == 0 && opt.K % 8 == 0) {
-    std::printf("\n3. C = GELU(A B + bias), FP16, fused into the write-out (v%d) vs cuBLASLt's "
-                "GELU_BIAS epilogue.\n",
-                fused);
+    std::printf(
+        "\n3. C = GELU(A B + bias), FP16, fused into the write-out (v%d) vs cuBLASLt's "
+        "GELU_BIAS epilogue.\n",
+        fused);
     Problem<__half> p(blas, opt.M, opt.N, opt.K, stream);
     course::DeviceBuffer<__half> C(std::size_t{1} * p.M * p.N);
     const double flops = gemm_flops(p.M, p.N, p.K);
@@ -208,8 +220,8 @@ int run(const Options& opt) {
                     p.bias.data(), Activation::gelu, stream);
     });
     const double ours_ms = median_ms(stream, opt.reps, [&] {
-      tensor_gemm(fused, p.M, p.N, p.K, 1.0f, p.A.data(), p.B.data(), 0.0f, C.data(),
-                  p.bias.data(), Activation::gelu, stream);
+      tensor_gemm(fused, p.M, p.N, p.K, 1.0f, p.A.data(), p.B.data(), 0.0f, C.data(), p.bias.data(),
+                  Activation::gelu, stream);
     });
     const double lt_tflops = flops / (lt_ms / 1e3) / 1e12;
     print_header();
@@ -227,8 +239,10 @@ int run(const Options& opt) {
       const char* what;
       int M, N, K;
     };
-    const Shape shapes[] = {{"FC batch 1", 1, 4096, 4096},  {"FC batch 8", 8, 4096, 4096},
-                            {"FC batch 32", 32, 4096, 4096}, {"1x1 conv 56x56x8", 25088, 256, 256}};
+    const Shape shapes[] = {{"FC batch 1", 1, 4096, 4096},
+                            {"FC batch 8", 8, 4096, 4096},
+                            {"FC batch 32", 32, 4096, 4096},
+                            {"1x1 conv 56x56x8", 25088, 256, 256}};
     for (const Shape& sh : shapes) {
       Problem<__half> p(blas, sh.M, sh.N, sh.K, stream);
       course::DeviceBuffer<__half> C(std::size_t{1} * p.M * p.N);
@@ -269,9 +283,12 @@ int main(int argc, char** argv) {
   };
   for (const SizeOption& so : sizes) {
     const std::vector<int*> targets = so.targets;
-    app.add_option_function<int>(so.name, [targets](const int& v) {
-         for (int* t : targets) *t = v;
-       }, so.help)
+    app.add_option_function<int>(
+           so.name,
+           [targets](const int& v) {
+             for (int* t : targets) *t = v;
+           },
+           so.help)
         ->type_name("INT")
         ->check(course::integer_in(1, 1 << 16))
         ->trigger_on_parse();

@@ -44,8 +44,8 @@ __device__ __forceinline__ unsigned smem_u32(const void* p) {
 // 16 bytes global -> shared, bypassing L1 (.cg); src_bytes < 16 zero-fills the rest (0: all
 // zeros, nothing read).
 __device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, int src_bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(smem)),
-               "l"(gmem), "r"(src_bytes));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(smem)), "l"(gmem),
+               "r"(src_bytes));
 }
 __device__ __forceinline__ void cp_async_commit() {
   asm volatile("cp.async.commit_group;\n" ::);
@@ -182,9 +182,13 @@ namespace mmacfg {
 constexpr int BM = 128, BN = 128, BK = 32, kThreads = 256;
 // Halves per stage: A tile BM x BK, B tile BK x BN, padded by 8 halves per row or not.
 template <bool kSwizzle>
-__host__ __device__ constexpr int a_stage_halves() { return BM * (kSwizzle ? BK : BK + 8); }
+__host__ __device__ constexpr int a_stage_halves() {
+  return BM * (kSwizzle ? BK : BK + 8);
+}
 template <bool kSwizzle>
-__host__ __device__ constexpr int b_stage_halves() { return BK * (kSwizzle ? BN : BN + 8); }
+__host__ __device__ constexpr int b_stage_halves() {
+  return BK * (kSwizzle ? BN : BN + 8);
+}
 template <bool kSwizzle, int kStages>
 __host__ __device__ constexpr int smem_bytes() {
   return kStages * (a_stage_halves<kSwizzle>() + b_stage_halves<kSwizzle>()) * 2;
@@ -396,16 +400,16 @@ bool version_supported(int version, DType in, std::string* why_not) {
                std::to_string(need / 10) + ".0; this GPU is " + cc;
     else if (attr.ptxVersion < need)
       reason = "this binary's WMMA kernel was compiled for compute_" +
-               std::to_string(attr.ptxVersion) + "; rebuild with CMAKE_CUDA_ARCHITECTURES=" +
-               std::to_string(major * 10 + minor);
+               std::to_string(attr.ptxVersion) +
+               "; rebuild with CMAKE_CUDA_ARCHITECTURES=" + std::to_string(major * 10 + minor);
   } else {
     CUDA_CHECK(cudaFuncGetAttributes(&attr, mma_kernel<__half, float, true, 4>));
     if (major < 8)
       reason = "mma.m16n8k16 and cp.async need compute capability 8.0; this GPU is " + cc;
     else if (attr.ptxVersion < 80)
       reason = "this binary's mma kernels were compiled for compute_" +
-               std::to_string(attr.ptxVersion) + "; rebuild with CMAKE_CUDA_ARCHITECTURES=" +
-               std::to_string(major * 10 + minor);
+               std::to_string(attr.ptxVersion) +
+               "; rebuild with CMAKE_CUDA_ARCHITECTURES=" + std::to_string(major * 10 + minor);
   }
   if (why_not != nullptr) *why_not = reason;
   return reason.empty();
@@ -427,8 +431,9 @@ bool check_tensor_gemm_args(const char* who, int M, int N, int K, const void* A,
   if (aligned16 && K > 0) {
     if (K % 8 != 0 || N % 8 != 0)
       throw std::invalid_argument(
-          w + ": this version loads 16-byte chunks, so K and N must be multiples of 8 (rows of "
-              "A and B 16-byte aligned); got K = " +
+          w +
+          ": this version loads 16-byte chunks, so K and N must be multiples of 8 (rows of "
+          "A and B 16-byte aligned); got K = " +
           std::to_string(K) + ", N = " + std::to_string(N) + " (version 1 takes any shape)");
     if (reinterpret_cast<std::uintptr_t>(A) % 16 != 0 ||
         reinterpret_cast<std::uintptr_t>(B) % 16 != 0)
@@ -459,8 +464,8 @@ void tensor_gemm(int version, int M, int N, int K, float alpha, const In* A, con
   }
   switch (version) {
     case 1:
-      wmma_kernel<In, Out><<<grid_for(who.c_str(), M, N), v1cfg::kThreads, 0, stream>>>(M, N, K, A,
-                                                                                       B, C, e);
+      wmma_kernel<In, Out>
+          <<<grid_for(who.c_str(), M, N), v1cfg::kThreads, 0, stream>>>(M, N, K, A, B, C, e);
       CUDA_CHECK_LAUNCH();
       break;
     case 2:
@@ -478,9 +483,9 @@ void tensor_gemm(int version, int M, int N, int K, float alpha, const In* A, con
   }
 }
 
-#define LESSON10_INSTANTIATE(In, Out)                                                      \
-  template void tensor_gemm<In, Out>(int, int, int, int, float, const In*, const In*, float, \
-                                     Out*, const float*, Activation, cudaStream_t);
+#define LESSON10_INSTANTIATE(In, Out)                                                              \
+  template void tensor_gemm<In, Out>(int, int, int, int, float, const In*, const In*, float, Out*, \
+                                     const float*, Activation, cudaStream_t);
 LESSON10_INSTANTIATE(__half, float)
 LESSON10_INSTANTIATE(__half, __half)
 LESSON10_INSTANTIATE(__nv_bfloat16, float)
@@ -495,8 +500,9 @@ int fp16_flops_per_clock_per_sm(int cc_major, int cc_minor) {
   if (cc == 80) return 2048;
   if (cc == 86 || cc == 87 || cc == 89) return 1024;
   if (cc == 90) return 4096;
-  throw std::invalid_argument("fp16_flops_per_clock_per_sm: no table entry for compute capability " +
-                              std::to_string(cc_major) + "." + std::to_string(cc_minor));
+  throw std::invalid_argument(
+      "fp16_flops_per_clock_per_sm: no table entry for compute capability " +
+      std::to_string(cc_major) + "." + std::to_string(cc_minor));
 }
 
 TensorPeak tensor_peak(int device) {
@@ -584,17 +590,18 @@ void cublaslt_gemm(const Blas& blas, int M, int N, int K, float alpha, const In*
   try {
     LESSON10_BLAS(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_DEFAULT;
-    if (act == Activation::relu) epi = bias ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU;
+    if (act == Activation::relu)
+      epi = bias ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU;
     else if (act == Activation::gelu)
       epi = bias ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU;
     else if (bias)
       epi = CUBLASLT_EPILOGUE_BIAS;
-    LESSON10_BLAS(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi,
-                                                 sizeof(epi)));
+    LESSON10_BLAS(
+        cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
     if (bias) {
       const cudaDataType_t bt = CUDA_R_32F;
-      LESSON10_BLAS(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt,
-                                                   sizeof(bt)));
+      LESSON10_BLAS(
+          cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof(bt)));
       LESSON10_BLAS(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
                                                    sizeof(bias)));
     }
@@ -619,9 +626,9 @@ void cublaslt_gemm(const Blas& blas, int M, int N, int K, float alpha, const In*
   cleanup();
 }
 
-#define LESSON10_INSTANTIATE(In, Out)                                                         \
+#define LESSON10_INSTANTIATE(In, Out)                                                           \
   template void cublas_gemm<In, Out>(const Blas&, int, int, int, float, const In*, const In*,   \
-                                     float, Out*, cudaStream_t);                              \
+                                     float, Out*, cudaStream_t);                                \
   template void cublaslt_gemm<In, Out>(const Blas&, int, int, int, float, const In*, const In*, \
                                        float, Out*, const float*, Activation, cudaStream_t);
 LESSON10_INSTANTIATE(__half, float)

@@ -53,7 +53,8 @@ __host__ __device__ inline int ceil_div(int a, int b) {
   return a / b + (a % b != 0 ? 1 : 0);
 }
 
-// GELU, tanh form (what most deployed transformers use): 0.5 x (1 + tanh(sqrt(2/pi)(x + 0.044715 x^3)))
+// GELU, tanh form (what most deployed transformers use): 0.5 x (1 + tanh(sqrt(2/pi)(x + 0.044715
+// x^3)))
 __host__ __device__ inline float gelu(float x) {
   const float k = 0.7978845608028654f;  // sqrt(2 / pi)
   return 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x)));
@@ -112,16 +113,17 @@ __host__ __device__ inline RowCol ldmatrix_b_trans_address(int lane) {
   return {lane & 15, (lane >> 4) * 8};
 }
 // What lane `lane` holds in register `reg` (0..3), half `h` (0/1) after ldmatrix.x4 whose
-// matrix j starts at (row0[j], col0[j]) of the tile: without .trans row0 + lane/4, col0 + 2(lane%4)+h;
-// with .trans row0 + 2(lane%4)+h, col0 + lane/4. (The tests compose this with the addresses above
-// and check it against mma_a_element / mma_b_element.)
+// matrix j starts at (row0[j], col0[j]) of the tile: without .trans row0 + lane/4, col0 +
+// 2(lane%4)+h; with .trans row0 + 2(lane%4)+h, col0 + lane/4. (The tests compose this with the
+// addresses above and check it against mma_a_element / mma_b_element.)
 __host__ __device__ inline RowCol ldmatrix_element(int lane, int h, RowCol matrix_origin,
-                                                    bool trans) {
+                                                   bool trans) {
   if (!trans) return {matrix_origin.row + (lane >> 2), matrix_origin.col + 2 * (lane & 3) + h};
   return {matrix_origin.row + 2 * (lane & 3) + h, matrix_origin.col + (lane >> 2)};
 }
 
-// ---------------------------------------------------------------- shared-memory swizzle (CPU-tested)
+// ---------------------------------------------------------------- shared-memory swizzle
+// (CPU-tested)
 //
 // Shared memory has 32 banks of 4 bytes: one 128-byte line. ldmatrix reads, per phase, eight rows
 // of 16 bytes (one "chunk" per row); they are conflict-free exactly when the eight chunks lie in
@@ -184,18 +186,24 @@ const char* to_string(DType t);
 template <class T>
 constexpr DType dtype_of();
 template <>
-constexpr DType dtype_of<float>() { return DType::f32; }
+constexpr DType dtype_of<float>() {
+  return DType::f32;
+}
 template <>
-constexpr DType dtype_of<__half>() { return DType::f16; }
+constexpr DType dtype_of<__half>() {
+  return DType::f16;
+}
 template <>
-constexpr DType dtype_of<__nv_bfloat16>() { return DType::bf16; }
+constexpr DType dtype_of<__nv_bfloat16>() {
+  return DType::bf16;
+}
 
 // One call of any version. In: __half or __nv_bfloat16; Out: float or In (instantiated for
 // those four pairs). bias: N floats on the device or null; act: none unless v2..v5.
 template <class In, class Out>
 void tensor_gemm(int version, int M, int N, int K, float alpha, const In* A, const In* B,
-                 float beta, Out* C, const float* bias = nullptr,
-                 Activation act = Activation::none, cudaStream_t stream = nullptr);
+                 float beta, Out* C, const float* bias = nullptr, Activation act = Activation::none,
+                 cudaStream_t stream = nullptr);
 
 struct VersionInfo {
   int number;        // 1..5, what --version takes
@@ -207,8 +215,9 @@ const VersionInfo& version_info(int number);  // throws std::invalid_argument if
 constexpr int kBestAmpereVersion = 4;
 constexpr int kHopperVersion = 5;
 
-// Whether `version` can run with inputs of type `in` on the current device and this build, and if not, why (for the
-// message "not supported on this GPU: <why>"). Throws CudaError if there is no device.
+// Whether `version` can run with inputs of type `in` on the current device and this build, and if
+// not, why (for the message "not supported on this GPU: <why>"). Throws CudaError if there is no
+// device.
 bool version_supported(int version, DType in, std::string* why_not = nullptr);
 
 // Throws std::invalid_argument (naming `who`) for the conventions above; returns false when

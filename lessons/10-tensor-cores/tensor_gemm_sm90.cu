@@ -37,8 +37,8 @@ using namespace detail;
 
 namespace {
 constexpr int BM = 128, BN = 128, BK = 64, kStages = 4, kThreads = 384;
-constexpr int kATileBytes = BM * BK * 2;            // 16 KiB
-constexpr int kBBoxBytes = BK * 64 * 2;             // 8 KiB: 64 k rows x 64 columns
+constexpr int kATileBytes = BM * BK * 2;                   // 16 KiB
+constexpr int kBBoxBytes = BK * 64 * 2;                    // 8 KiB: 64 k rows x 64 columns
 constexpr int kStageBytes = kATileBytes + 2 * kBBoxBytes;  // 32 KiB
 constexpr int kSmemBytes = kStages * kStageBytes + 1024 /* alignment */ + 256 /* barriers */;
 
@@ -92,13 +92,26 @@ __device__ __forceinline__ std::uint64_t make_desc(unsigned smem_byte_addr, unsi
 
 // wgmma.mma_async m64n128k16, D (64 FP32 registers per thread) += A (descriptor) * B (descriptor,
 // transposed: N-major); scale_d == 0 would ignore D. T is the PTX type, "f16" or "bf16".
-#define LESSON10_WGMMA_128(T) \
-  asm volatile( \
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n" \
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32." T "." T " " \
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, " \
-      "%64, %65, p, 1, 1, 0, 1;\n}\n" \
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]) \
+#define LESSON10_WGMMA_128(T)                                                                      \
+  asm volatile(                                                                                    \
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"                                                 \
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32." T "." T                                       \
+      " "                                                                                          \
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, "     \
+      "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, " \
+      "%37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, " \
+      "%55, %56, %57, %58, %59, %60, %61, %62, %63}, "                                             \
+      "%64, %65, p, 1, 1, 0, 1;\n}\n"                                                              \
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),        \
+        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),    \
+        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), \
+        "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), \
+        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), \
+        "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), \
+        "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), \
+        "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), \
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), \
+        "+f"(d[63])                                                                                \
       : "l"(desc_a), "l"(desc_b), "r"(scale_d));
 
 template <class In>
@@ -114,8 +127,9 @@ __device__ __forceinline__ void wgmma_128(float (&d)[64], std::uint64_t desc_a,
 
 template <class In, class Out>
 __global__ void __launch_bounds__(kThreads, 1)
-    wgmma_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
-                 int M, int N, int K, Out* __restrict__ C, Epilogue e) {
+    wgmma_kernel(const __grid_constant__ CUtensorMap map_a,
+                 const __grid_constant__ CUtensorMap map_b, int M, int N, int K,
+                 Out* __restrict__ C, Epilogue e) {
 #ifdef LESSON10_SM90A
   extern __shared__ unsigned char smem_raw[];
   // 128-byte swizzled tiles need 1024-byte aligned stage bases.
@@ -219,13 +233,12 @@ CUtensorMap make_map(const In* base, int rows, int cols, int box_rows) {
   const cuuint64_t strides[1] = {static_cast<cuuint64_t>(cols) * 2};
   const cuuint32_t box[2] = {64, static_cast<cuuint32_t>(box_rows)};
   const cuuint32_t elem[2] = {1, 1};
-  const CUtensorMapDataType t = std::is_same<In, __half>::value
-                                    ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
-                                    : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
-  const CUresult r = encode_tiled()(&map, t, 2, const_cast<In*>(base), dims, strides, box, elem,
-                                    CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                                    CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                                    CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  const CUtensorMapDataType t = std::is_same<In, __half>::value ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+                                                                : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+  const CUresult r =
+      encode_tiled()(&map, t, 2, const_cast<In*>(base), dims, strides, box, elem,
+                     CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                     CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS)
     throw std::invalid_argument("gemm_v5_wgmma: cuTensorMapEncodeTiled refused a " +
                                 std::to_string(rows) + " x " + std::to_string(cols) +
@@ -254,7 +267,7 @@ void gemm_v5_wgmma(int M, int N, int K, float alpha, const In* A, const In* B, f
   CUDA_CHECK_LAUNCH();
 }
 
-#define LESSON10_INSTANTIATE(In, Out)                                                          \
+#define LESSON10_INSTANTIATE(In, Out)                                                           \
   template void gemm_v5_wgmma<In, Out>(int, int, int, float, const In*, const In*, float, Out*, \
                                        const float*, Activation, cudaStream_t);
 LESSON10_INSTANTIATE(__half, float)

@@ -88,8 +88,10 @@ TEST_CASE("mma.m16n8k16 A and B fragments: PTX ISA samples, each element once", 
   }
   std::set<int> a, b;
   for (int lane = 0; lane < 32; ++lane) {
-    for (int i = 0; i < 8; ++i) a.insert(mma_a_element(lane, i).row * 16 + mma_a_element(lane, i).col);
-    for (int i = 0; i < 4; ++i) b.insert(mma_b_element(lane, i).row * 8 + mma_b_element(lane, i).col);
+    for (int i = 0; i < 8; ++i)
+      a.insert(mma_a_element(lane, i).row * 16 + mma_a_element(lane, i).col);
+    for (int i = 0; i < 4; ++i)
+      b.insert(mma_b_element(lane, i).row * 8 + mma_b_element(lane, i).col);
   }
   CHECK(a.size() == 256);
   CHECK(b.size() == 128);
@@ -220,7 +222,7 @@ void check_pipeline(int (*stage)(int, int), int (*issued)(int, int, int)) {
   for (int stages = 2; stages <= 5; ++stages)
     for (int tiles = 1; tiles <= 17; ++tiles) {
       INFO("stages " << stages << ", tiles " << tiles);
-      std::vector<int> holds(stages, -1);   // the tile each stage holds (-1: none)
+      std::vector<int> holds(stages, -1);  // the tile each stage holds (-1: none)
       std::vector<int> issue_group(tiles, -1);
       int groups = 0;
       for (int s = 0; s < stages - 1; ++s) {
@@ -309,9 +311,8 @@ TEST_CASE("the error bound holds for a simulated FP32 accumulation of FP16 produ
       exact += p;
       abs_sum += std::fabs(p);
     }
-    CHECK(std::fabs(acc - exact) <=
-          tensor_gemm_error_bound(K, 1.0, abs_sum, 0.0, 0.0, 0.0, Activation::none, DType::f32,
-                                  exact));
+    CHECK(std::fabs(acc - exact) <= tensor_gemm_error_bound(K, 1.0, abs_sum, 0.0, 0.0, 0.0,
+                                                            Activation::none, DType::f32, exact));
   }
 }
 
@@ -329,8 +330,9 @@ TEST_CASE("bad arguments throw std::invalid_argument before any CUDA call", "[cp
   CHECK_THROWS_WITH(tensor_gemm(9, 8, 8, 8, 1.0f, p, p, 0.0f, c), Contains("unknown version"));
   CHECK_THROWS_WITH(tensor_gemm(1, 8, 8, 8, 1.0f, p, p, 0.0f, c, nullptr, Activation::relu),
                     Contains("v2..v5"));
-  CHECK_THROWS_WITH(tensor_gemm(4, 8, 8, 8, 1.0f, p, p, 0.0f, c, nullptr, static_cast<Activation>(7)),
-                    Contains("unknown activation"));
+  CHECK_THROWS_WITH(
+      tensor_gemm(4, 8, 8, 8, 1.0f, p, p, 0.0f, c, nullptr, static_cast<Activation>(7)),
+      Contains("unknown activation"));
   CHECK_THROWS_WITH(tensor_gemm(4, 50000, 50000, 8, 1.0f, p, p, 0.0f, c), Contains("INT_MAX"));
   // M == 0 or N == 0: nothing to do, no pointer read, no CUDA call.
   CHECK_NOTHROW(tensor_gemm<__half, float>(4, 0, 8, 8, 1.0f, nullptr, nullptr, 0.0f, nullptr));
@@ -339,9 +341,15 @@ TEST_CASE("bad arguments throw std::invalid_argument before any CUDA call", "[cp
 // ---------------------------------------------------------------- GPU
 
 namespace {
-float to_f(float v) { return v; }
-float to_f(__half v) { return __half2float(v); }
-float to_f(__nv_bfloat16 v) { return __bfloat162float(v); }
+float to_f(float v) {
+  return v;
+}
+float to_f(__half v) {
+  return __half2float(v);
+}
+float to_f(__nv_bfloat16 v) {
+  return __bfloat162float(v);
+}
 
 template <class T>
 std::vector<float> host_floats(const course::DeviceBuffer<T>& d) {
@@ -365,9 +373,9 @@ double ref_act(double x, Activation act) {
 template <class In, class Out, class F>
 void check_against_reference(int M, int N, int K, float alpha, float beta, bool with_bias,
                              Activation act, F&& gemm, bool gelu_either = false) {
-  INFO("M " << M << " N " << N << " K " << K << " alpha " << alpha << " beta " << beta
-            << " bias " << with_bias << " act " << to_string(act) << " in "
-            << to_string(dtype_of<In>()) << " out " << to_string(dtype_of<Out>()));
+  INFO("M " << M << " N " << N << " K " << K << " alpha " << alpha << " beta " << beta << " bias "
+            << with_bias << " act " << to_string(act) << " in " << to_string(dtype_of<In>())
+            << " out " << to_string(dtype_of<Out>()));
   const std::size_t an = static_cast<std::size_t>(M) * K, bn = static_cast<std::size_t>(K) * N,
                     cn = static_cast<std::size_t>(M) * N;
   course::DeviceBuffer<In> A(an), B(bn);
@@ -406,7 +414,8 @@ void check_against_reference(int M, int N, int K, float alpha, float beta, bool 
         err = std::min(err, std::fabs(got[i] - erf_form));
       }
       if (!(err <= tol)) {
-        if (bad < 5) UNSCOPED_INFO("C[" << m << "][" << n << "] = " << got[i] << ", exact " << exact);
+        if (bad < 5)
+          UNSCOPED_INFO("C[" << m << "][" << n << "] = " << got[i] << ", exact " << exact);
         ++bad;
       }
       worst = std::max(worst, tol > 0 ? err / tol : err);
@@ -456,7 +465,8 @@ template <class In, class Out>
 void check_version_vs_cublas(int version) {
   if (!supported(version, dtype_of<In>())) return;
   const int M = 1024, N = 1000, K = 1024;
-  const std::size_t an = std::size_t{1} * M * K, bn = std::size_t{1} * K * N, cn = std::size_t{1} * M * N;
+  const std::size_t an = std::size_t{1} * M * K, bn = std::size_t{1} * K * N,
+                    cn = std::size_t{1} * M * N;
   course::DeviceBuffer<In> A(an), B(bn);
   course::DeviceBuffer<float> C(cn), R(cn);
   fill_uniform(A.data(), an, 21, -1.0f, 1.0f);
@@ -466,8 +476,8 @@ void check_version_vs_cublas(int version) {
   cublas_gemm(blas, M, N, K, 1.0f, A.data(), B.data(), 0.0f, R.data());
   const std::vector<float> got = course::to_host(C), want = course::to_host(R);
   // sum|a b| <= K (|a|, |b| < 1): both results are within (K + 3) * 2^-23 * K of the exact one.
-  const double tol = 2.0 * tensor_gemm_error_bound(K, 1.0, K, 0.0, 0.0, 0.0, Activation::none,
-                                                   DType::f32, 0.0);
+  const double tol =
+      2.0 * tensor_gemm_error_bound(K, 1.0, K, 0.0, 0.0, 0.0, Activation::none, DType::f32, 0.0);
   std::size_t bad = 0;
   for (std::size_t i = 0; i < cn; ++i)
     if (!(std::fabs(got[i] - want[i]) <= tol)) ++bad;
@@ -489,8 +499,12 @@ void check_all_types(int version) {
 TEST_CASE("v1 WMMA: every element vs FP64, FP16 and BF16, any shape", "[gpu][v1]") {
   check_all_types(1);
 }
-TEST_CASE("v2 mma.sync + ldmatrix: every element vs FP64", "[gpu][v2]") { check_all_types(2); }
-TEST_CASE("v3 swizzled shared memory: every element vs FP64", "[gpu][v3]") { check_all_types(3); }
+TEST_CASE("v2 mma.sync + ldmatrix: every element vs FP64", "[gpu][v2]") {
+  check_all_types(2);
+}
+TEST_CASE("v3 swizzled shared memory: every element vs FP64", "[gpu][v3]") {
+  check_all_types(3);
+}
 TEST_CASE("v4 cp.async pipeline: every element vs FP64", "[gpu][v4]") {
   check_all_types(4);
   check_version_vs_cublas<__nv_bfloat16, float>(4);
@@ -519,17 +533,16 @@ TEST_CASE("on other GPUs v5 reports NotSupported, not a crash", "[gpu]") {
   if (version_supported(5, DType::f16)) return;
   course::DeviceBuffer<__half> A(64), B(64);
   course::DeviceBuffer<float> C(64);
-  CHECK_THROWS_AS(tensor_gemm(5, 8, 8, 8, 1.0f, A.data(), B.data(), 0.0f, C.data()),
-                  NotSupported);
+  CHECK_THROWS_AS(tensor_gemm(5, 8, 8, 8, 1.0f, A.data(), B.data(), 0.0f, C.data()), NotSupported);
 }
 
 TEST_CASE("baselines: cublasGemmEx and cuBLASLt (bias + ReLU/GELU) vs FP64", "[gpu][baseline]") {
   Blas blas;
-  check_against_reference<__half, float>(129, 136, 72, 1.5f, -0.5f, false, Activation::none,
-                                         [&](const __half* A, const __half* B, float* C,
-                                             const float*) {
-                                           cublas_gemm(blas, 129, 136, 72, 1.5f, A, B, -0.5f, C);
-                                         });
+  check_against_reference<__half, float>(
+      129, 136, 72, 1.5f, -0.5f, false, Activation::none,
+      [&](const __half* A, const __half* B, float* C, const float*) {
+        cublas_gemm(blas, 129, 136, 72, 1.5f, A, B, -0.5f, C);
+      });
   check_against_reference<__nv_bfloat16, __nv_bfloat16>(
       200, 264, 520, 1.0f, 0.0f, false, Activation::none,
       [&](const __nv_bfloat16* A, const __nv_bfloat16* B, __nv_bfloat16* C, const float*) {
