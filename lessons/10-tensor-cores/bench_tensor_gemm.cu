@@ -1,10 +1,11 @@
 // Lesson 10 benchmark: every version and the cuBLAS baselines in one run (make bench LESSON=10).
 //
-//   all_versions_4096/<name>     FP16 in and out, FP32 accumulation, 4096^3: cuBLAS, v1..v5
+//   all_versions_4096/<name>     FP16 in and out, FP32 accumulation, 4096^3: cuBLAS, v1..v5, and
+//                                v4 with its 128x256 tile (gemm_v4_tile)
 //   bf16_4096/<name>             the same in BF16: cuBLAS, v4, v5
 //   epilogue_4096/<name>         C = GELU(A B + bias): cuBLASLt's GELU_BIAS epilogue, v4 and v5
 //                                fused, and v5 without an epilogue (what the fusion costs)
-//   sweep/<name>/<n>             squares n = 512 .. 8192: cuBLAS, v4, v5
+//   sweep/<name>/<n>             squares n = 512 .. 8192: cuBLAS, v4 (both tiles), v5
 //   fc/<name>/<batch>            a fully connected layer 4096 -> 4096 at batch 1..32 (M = batch)
 //   conv1x1/<name>/<MxNxK>       1x1 convolutions as GEMM (M = batch x pixels, N = out channels,
 //                                K = in channels)
@@ -68,7 +69,9 @@ std::map<std::string, std::string>& baseline_shape() {
   return m;
 }
 
-// What one benchmark runs: `who` = -1 cuBLAS, -2 cuBLASLt, else a version number.
+// What one benchmark runs: `who` = -1 cuBLAS, -2 cuBLASLt, kV4Wide v4 with the 128x256 tile,
+// else a version number.
+constexpr int kV4Wide = 40;
 struct Spec {
   std::string name;
   int M, N, K;
@@ -86,6 +89,9 @@ void enqueue(const Spec& s, Problem<T>& p, cudaStream_t st) {
   else if (s.who == -2)
     cublaslt_gemm(blas(), p.M, p.N, p.K, 1.0f, p.A.data(), p.B.data(), 0.0f, p.C.data(), bias,
                   s.act, st);
+  else if (s.who == kV4Wide)
+    gemm_v4_tile(V4Tile::t128x256_s3, p.M, p.N, p.K, 1.0f, p.A.data(), p.B.data(), 0.0f, p.C.data(),
+                 bias, s.act, st);
   else
     tensor_gemm(s.who, p.M, p.N, p.K, 1.0f, p.A.data(), p.B.data(), 0.0f, p.C.data(), bias, s.act,
                 st);
@@ -129,6 +135,8 @@ bool register_all() {
           {prefix + version_info(v).name + suffix, M, N, K, bf16, v, Activation::none, base});
   };
   add_group("all_versions_4096/", "", 4096, 4096, 4096, false, {1, 2, 3, 4, 5});
+  specs.push_back({"all_versions_4096/v4_pipeline_128x256", 4096, 4096, 4096, false, kV4Wide,
+                   Activation::none, "cublas_fp16"});
   add_group("bf16_4096/", "", 4096, 4096, 4096, true, {4, 5});
   specs.push_back({"epilogue_4096/cublaslt_bias_gelu", 4096, 4096, 4096, false, -2,
                    Activation::gelu, "cublaslt_gelu"});
@@ -137,8 +145,11 @@ bool register_all() {
                      4096, 4096, false, v, Activation::gelu, "cublaslt_gelu"});
   specs.push_back({"epilogue_4096/v5_wgmma_no_epilogue", 4096, 4096, 4096, false, 5,
                    Activation::none, "cublaslt_gelu"});
-  for (const int n : {512, 1024, 2048, 4096, 8192})
+  for (const int n : {512, 1024, 2048, 4096, 8192}) {
     add_group("sweep/", "/" + std::to_string(n), n, n, n, false, {4, 5});
+    specs.push_back({"sweep/v4_pipeline_128x256/" + std::to_string(n), n, n, n, false, kV4Wide,
+                     Activation::none, "cublas_fp16"});
+  }
   for (const int batch : {1, 2, 4, 8, 16, 32})
     add_group("fc/", "/batch" + std::to_string(batch), batch, 4096, 4096, false, {4, 5});
   // ResNet-50-like 1x1 convolutions at batch 8: 56x56 pixels 64 -> 256 and 256 -> 64 channels,

@@ -178,99 +178,96 @@ __global__ void __launch_bounds__(v1cfg::kThreads)
 
 // ---------------------------------------------------------------- v2..v4: mma.sync + ldmatrix
 
-namespace mmacfg {
-constexpr int BM = 128, BN = 128, BK = 32, kThreads = 256;
-// Halves per stage: A tile BM x BK, B tile BK x BN, padded by 8 halves per row or not.
-template <bool kSwizzle>
-__host__ __device__ constexpr int a_stage_halves() {
-  return BM * (kSwizzle ? BK : BK + 8);
-}
-template <bool kSwizzle>
-__host__ __device__ constexpr int b_stage_halves() {
-  return BK * (kSwizzle ? BN : BN + 8);
-}
-template <bool kSwizzle, int kStages>
-__host__ __device__ constexpr int smem_bytes() {
-  return kStages * (a_stage_halves<kSwizzle>() + b_stage_halves<kSwizzle>()) * 2;
-}
-}  // namespace mmacfg
-
-template <bool kSwizzle>
-__device__ __forceinline__ int a_offset(int row, int col) {
-  return kSwizzle ? swizzled_offset(row, col, mmacfg::BK) : padded_offset(row, col, mmacfg::BK);
-}
-template <bool kSwizzle>
-__device__ __forceinline__ int b_offset(int row, int col) {
-  return kSwizzle ? swizzled_offset(row, col, mmacfg::BN) : padded_offset(row, col, mmacfg::BN);
-}
+// The block tile of v2..v4: BM x BN of C per block of 8 warps (2 down M, 4 across N), K tiles
+// of 32, kStages shared-memory stages, rows padded by 16 bytes or XOR-swizzled.
+template <int BM_, int BN_, int kStages_, bool kSwizzle_>
+struct MmaTile {
+  static constexpr int BM = BM_, BN = BN_, BK = 32, kThreads = 256, kStages = kStages_;
+  static constexpr bool kSwizzle = kSwizzle_;
+  static constexpr int WM = BM / 2, WN = BN / 4;   // the warp tile: 64 x 32 or 64 x 64
+  static constexpr int MI = WM / 16, NJ = WN / 8;  // m16 and n8 fragments per warp
+  static constexpr int kRowA = kSwizzle ? BK : BK + 8, kRowB = kSwizzle ? BN : BN + 8;
+  static constexpr int kAStage = BM * kRowA, kBStage = BK * kRowB;  // halves per stage
+  static constexpr int kSmemBytes = kStages * (kAStage + kBStage) * 2;
+  static constexpr int kALoads = BM * BK / 8 / kThreads, kBLoads = BK * BN / 8 / kThreads;
+  static_assert(WM % 16 == 0 && MI >= 1 && NJ % 2 == 0 && kALoads >= 1 && kBLoads >= 1,
+                "unsupported tile");
+  __device__ static int a_offset(int row, int col) {
+    return kSwizzle ? swizzled_offset(row, col, BK) : padded_offset(row, col, BK);
+  }
+  __device__ static int b_offset(int row, int col) {
+    return kSwizzle ? swizzled_offset(row, col, BN) : padded_offset(row, col, BN);
+  }
+};
 
 // kStages == 1: load, wait, multiply (v2, v3). kStages >= 2: the ring of the header's
 // pipeline_* functions (v4).
-template <class In, class Out, bool kSwizzle, int kStages>
-__global__ void __launch_bounds__(mmacfg::kThreads)
+template <class In, class Out, class T>
+__global__ void __launch_bounds__(T::kThreads)
     mma_kernel(int M, int N, int K, const In* __restrict__ A, const In* __restrict__ B,
                Out* __restrict__ C, Epilogue e) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  using namespace mmacfg;
+  constexpr int BM = T::BM, BN = T::BN, BK = T::BK, kThreads = T::kThreads;
+  constexpr int kStages = T::kStages, MI = T::MI, NJ = T::NJ;
   extern __shared__ __align__(128) unsigned char smem[];
   In* As = reinterpret_cast<In*>(smem);
-  In* Bs = As + kStages * a_stage_halves<kSwizzle>();
+  In* Bs = As + kStages * T::kAStage;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int bm = blockIdx.y * BM, bn = blockIdx.x * BN;
-  const int wr = warp / 4, wc = warp % 4;  // warp tile: rows wr*64 .. +64, cols wc*32 .. +32
+  const int wm = (warp / 4) * T::WM, wn = (warp % 4) * T::WN;  // the warp tile's origin
 
-  // One K tile into stage s: 512 16-byte chunks of A (128 rows x 4) and of B (32 rows x 16),
-  // 2 + 2 per thread; chunks outside A or B are zero-filled (src size 0: nothing is read).
+  // One K tile into stage s: 16-byte chunks of A (BM rows x 4) and of B (32 rows x BN / 8);
+  // chunks outside A or B are zero-filled (src size 0: nothing is read).
   const auto load_tile = [&](int tile, int s) {
     const int k0 = tile * BK;
-    In* as = As + s * a_stage_halves<kSwizzle>();
-    In* bs = Bs + s * b_stage_halves<kSwizzle>();
+    In* as = As + s * T::kAStage;
+    In* bs = Bs + s * T::kBStage;
 #pragma unroll
-    for (int p = 0; p < 2; ++p) {
+    for (int p = 0; p < T::kALoads; ++p) {
       const int idx = tid + p * kThreads;
       const int r = idx / (BK / 8), c = (idx % (BK / 8)) * 8, gm = bm + r, gk = k0 + c;
       const bool ok = gm < M && gk < K;
-      cp_async_16(as + a_offset<kSwizzle>(r, c), ok ? A + static_cast<std::size_t>(gm) * K + gk : A,
+      cp_async_16(as + T::a_offset(r, c), ok ? A + static_cast<std::size_t>(gm) * K + gk : A,
                   ok ? 16 : 0);
     }
 #pragma unroll
-    for (int p = 0; p < 2; ++p) {
+    for (int p = 0; p < T::kBLoads; ++p) {
       const int idx = tid + p * kThreads;
       const int r = idx / (BN / 8), c = (idx % (BN / 8)) * 8, gk = k0 + r, gn = bn + c;
       const bool ok = gk < K && gn < N;
-      cp_async_16(bs + b_offset<kSwizzle>(r, c), ok ? B + static_cast<std::size_t>(gk) * N + gn : B,
+      cp_async_16(bs + T::b_offset(r, c), ok ? B + static_cast<std::size_t>(gk) * N + gn : B,
                   ok ? 16 : 0);
     }
   };
 
-  float acc[4][4][4];  // [m fragment][n fragment][element], layout mma_c_element
+  float acc[MI][NJ][4];  // [m fragment][n fragment][element], layout mma_c_element
 #pragma unroll
-  for (int i = 0; i < 4; ++i)
+  for (int i = 0; i < MI; ++i)
 #pragma unroll
-    for (int j = 0; j < 4; ++j)
+    for (int j = 0; j < NJ; ++j)
 #pragma unroll
       for (int q = 0; q < 4; ++q) acc[i][j][q] = 0.0f;
 
   const auto multiply = [&](int s) {
-    const In* as = As + s * a_stage_halves<kSwizzle>();
-    const In* bs = Bs + s * b_stage_halves<kSwizzle>();
+    const In* as = As + s * T::kAStage;
+    const In* bs = Bs + s * T::kBStage;
     const RowCol la = ldmatrix_a_address(lane), lb = ldmatrix_b_trans_address(lane);
 #pragma unroll
     for (int kk = 0; kk < BK; kk += 16) {
-      unsigned a[4][4], b[4][2];
+      unsigned a[MI][4], b[NJ][2];
 #pragma unroll
-      for (int i = 0; i < 4; ++i)
-        ldmatrix_x4(a[i], as + a_offset<kSwizzle>(wr * 64 + i * 16 + la.row, kk + la.col));
+      for (int i = 0; i < MI; ++i)
+        ldmatrix_x4(a[i], as + T::a_offset(wm + i * 16 + la.row, kk + la.col));
 #pragma unroll
-      for (int j = 0; j < 2; ++j) {
+      for (int j = 0; j < NJ / 2; ++j) {  // one ldmatrix.x4.trans: two n8 fragments
         unsigned r[4];
-        ldmatrix_x4_trans(r, bs + b_offset<kSwizzle>(kk + lb.row, wc * 32 + j * 16 + lb.col));
+        ldmatrix_x4_trans(r, bs + T::b_offset(kk + lb.row, wn + j * 16 + lb.col));
         b[2 * j][0] = r[0], b[2 * j][1] = r[1], b[2 * j + 1][0] = r[2], b[2 * j + 1][1] = r[3];
       }
 #pragma unroll
-      for (int i = 0; i < 4; ++i)
+      for (int i = 0; i < MI; ++i)
 #pragma unroll
-        for (int j = 0; j < 4; ++j) mma_16816<In>(acc[i][j], a[i], b[j][0], b[j][1]);
+        for (int j = 0; j < NJ; ++j) mma_16816<In>(acc[i][j], a[i], b[j][0], b[j][1]);
     }
   };
 
@@ -302,19 +299,24 @@ __global__ void __launch_bounds__(mmacfg::kThreads)
   }
 
 #pragma unroll
-  for (int i = 0; i < 4; ++i)
+  for (int i = 0; i < MI; ++i)
 #pragma unroll
-    for (int j = 0; j < 4; ++j)
+    for (int j = 0; j < NJ; ++j)
 #pragma unroll
       for (int q = 0; q < 4; ++q) {
         const RowCol rc = mma_c_element(lane, q);
-        const int m = bm + wr * 64 + i * 16 + rc.row, n = bn + wc * 32 + j * 8 + rc.col;
+        const int m = bm + wm + i * 16 + rc.row, n = bn + wn + j * 8 + rc.col;
         if (m < M && n < N) store_one(e, C, N, m, n, acc[i][j][q]);
       }
 #elif defined(__CUDA_ARCH__)
   __trap();  // compiled for a GPU without mma.m16n8k16 / cp.async; the launcher refuses
 #endif
 }
+
+using TileV2 = MmaTile<128, 128, 1, false>;
+using TileV3 = MmaTile<128, 128, 1, true>;
+using TileV4 = MmaTile<128, 128, 4, true>;
+using TileV4Wide = MmaTile<128, 256, 3, true>;
 
 // ---------------------------------------------------------------- launch helpers
 
@@ -326,23 +328,24 @@ int current_cc(int* major, int* minor) {
   return device;
 }
 
-dim3 grid_for(const char* who, int M, int N) {
-  const int gy = ceil_div(M, 128), gx = ceil_div(N, 128);
+dim3 grid_for(const char* who, int M, int N, int bm = 128, int bn = 128) {
+  const int gy = ceil_div(M, bm), gx = ceil_div(N, bn);
   if (gy > 65535)
     throw std::invalid_argument(std::string(who) + ": M = " + std::to_string(M) +
-                                " needs more than 65535 block rows of 128");
+                                " needs more than 65535 block rows of " + std::to_string(bm));
   return dim3(gx, gy);
 }
 
-template <class In, class Out, bool kSwizzle, int kStages>
+template <class In, class Out, class T>
 void launch_mma(const char* who, int M, int N, int K, const In* A, const In* B, Out* C,
                 const Epilogue& e, cudaStream_t stream) {
-  auto kernel = mma_kernel<In, Out, kSwizzle, kStages>;
-  constexpr int bytes = mmacfg::smem_bytes<kSwizzle, kStages>();
-  if (bytes > 48 * 1024) {
-    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  auto kernel = mma_kernel<In, Out, T>;
+  if (T::kSmemBytes > 48 * 1024) {
+    CUDA_CHECK(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmemBytes));
   }
-  kernel<<<grid_for(who, M, N), mmacfg::kThreads, bytes, stream>>>(M, N, K, A, B, C, e);
+  kernel<<<grid_for(who, M, N, T::BM, T::BN), T::kThreads, T::kSmemBytes, stream>>>(M, N, K, A, B,
+                                                                                    C, e);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -403,7 +406,7 @@ bool version_supported(int version, DType in, std::string* why_not) {
                std::to_string(attr.ptxVersion) +
                "; rebuild with CMAKE_CUDA_ARCHITECTURES=" + std::to_string(major * 10 + minor);
   } else {
-    CUDA_CHECK(cudaFuncGetAttributes(&attr, mma_kernel<__half, float, true, 4>));
+    CUDA_CHECK(cudaFuncGetAttributes(&attr, mma_kernel<__half, float, TileV4>));
     if (major < 8)
       reason = "mma.m16n8k16 and cp.async need compute capability 8.0; this GPU is " + cc;
     else if (attr.ptxVersion < 80)
@@ -469,13 +472,16 @@ void tensor_gemm(int version, int M, int N, int K, float alpha, const In* A, con
       CUDA_CHECK_LAUNCH();
       break;
     case 2:
-      launch_mma<In, Out, false, 1>(who.c_str(), M, N, K, A, B, C, e, stream);
+      launch_mma<In, Out, TileV2>(who.c_str(), M, N, K, A, B, C, e, stream);
       break;
     case 3:
-      launch_mma<In, Out, true, 1>(who.c_str(), M, N, K, A, B, C, e, stream);
+      launch_mma<In, Out, TileV3>(who.c_str(), M, N, K, A, B, C, e, stream);
       break;
     case 4:
-      launch_mma<In, Out, true, 4>(who.c_str(), M, N, K, A, B, C, e, stream);
+      if (kDefaultV4Tile == V4Tile::t128x256_s3)
+        launch_mma<In, Out, TileV4Wide>(who.c_str(), M, N, K, A, B, C, e, stream);
+      else
+        launch_mma<In, Out, TileV4>(who.c_str(), M, N, K, A, B, C, e, stream);
       break;
     case 5:
       gemm_v5_wgmma<In, Out>(M, N, K, alpha, A, B, beta, C, bias, act, stream);
@@ -483,9 +489,35 @@ void tensor_gemm(int version, int M, int N, int K, float alpha, const In* A, con
   }
 }
 
+template <class In, class Out>
+void gemm_v4_tile(V4Tile tile, int M, int N, int K, float alpha, const In* A, const In* B,
+                  float beta, Out* C, const float* bias, Activation act, cudaStream_t stream) {
+  if (tile == kDefaultV4Tile) {
+    tensor_gemm(4, M, N, K, alpha, A, B, beta, C, bias, act, stream);
+    return;
+  }
+  const char* who = "gemm_v4_tile 128x256";
+  if (tile != V4Tile::t128x256_s3)
+    throw std::invalid_argument("gemm_v4_tile: unknown tile " +
+                                std::to_string(static_cast<int>(tile)));
+  if (static_cast<int>(act) < 0 || static_cast<int>(act) > 2)
+    throw std::invalid_argument(std::string(who) + ": unknown activation");
+  if (!check_tensor_gemm_args(who, M, N, K, A, B, C, true)) return;
+  std::string why;
+  if (!version_supported(4, dtype_of<In>(), &why))
+    throw NotSupported(std::string(who) + ": not supported on this GPU: " + why);
+  if (K == 0) {  // the empty sum: the same answer as every version
+    tensor_gemm(4, M, N, K, alpha, A, B, beta, C, bias, act, stream);
+    return;
+  }
+  launch_mma<In, Out, TileV4Wide>(who, M, N, K, A, B, C, Epilogue{alpha, beta, bias, act}, stream);
+}
+
 #define LESSON10_INSTANTIATE(In, Out)                                                              \
   template void tensor_gemm<In, Out>(int, int, int, int, float, const In*, const In*, float, Out*, \
-                                     const float*, Activation, cudaStream_t);
+                                     const float*, Activation, cudaStream_t);                      \
+  template void gemm_v4_tile<In, Out>(V4Tile, int, int, int, float, const In*, const In*, float,   \
+                                      Out*, const float*, Activation, cudaStream_t);
 LESSON10_INSTANTIATE(__half, float)
 LESSON10_INSTANTIATE(__half, __half)
 LESSON10_INSTANTIATE(__nv_bfloat16, float)

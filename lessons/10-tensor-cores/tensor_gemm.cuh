@@ -205,6 +205,17 @@ void tensor_gemm(int version, int M, int N, int K, float alpha, const In* A, con
                  float beta, Out* C, const float* bias = nullptr, Activation act = Activation::none,
                  cudaStream_t stream = nullptr);
 
+// v4's block tile. 128x128 (4 stages, 64 KiB of shared memory, 64x32 per warp) is the default;
+// 128x256 (3 stages, 72 KiB, 64x64 per warp: twice the MMAs per ldmatrix of A) is the CUTLASS
+// Ampere default, timed beside it by the benchmark so the default can be chosen per GPU.
+enum class V4Tile : int { t128x128_s4 = 0, t128x256_s3 = 1 };
+constexpr V4Tile kDefaultV4Tile = V4Tile::t128x128_s4;
+// v4 with the given tile; same conventions and errors as tensor_gemm(4, ...).
+template <class In, class Out>
+void gemm_v4_tile(V4Tile tile, int M, int N, int K, float alpha, const In* A, const In* B,
+                  float beta, Out* C, const float* bias = nullptr,
+                  Activation act = Activation::none, cudaStream_t stream = nullptr);
+
 struct VersionInfo {
   int number;        // 1..5, what --version takes
   const char* name;  // "v4_pipeline"

@@ -509,6 +509,23 @@ TEST_CASE("v4 cp.async pipeline: every element vs FP64", "[gpu][v4]") {
   check_all_types(4);
   check_version_vs_cublas<__nv_bfloat16, float>(4);
 }
+
+TEST_CASE("v4 with the 128x256 tile: every element vs FP64", "[gpu][v4]") {
+  if (!supported(4, DType::f16)) return;
+  const auto run = [](int M, int N, int K, float beta, Activation act, auto tag) {
+    using In = decltype(tag);
+    check_against_reference<In, In>(M, N, K, 1.0f, beta, act != Activation::none, act,
+                                    [&](const In* A, const In* B, In* C, const float* bias) {
+                                      gemm_v4_tile(V4Tile::t128x256_s3, M, N, K, 1.0f, A, B, beta,
+                                                   C, bias, act);
+                                    });
+  };
+  for (const Case& c : kAlignedCases) {
+    run(c.M, c.N, c.K, 0.0f, Activation::none, __half{});
+    run(c.M, c.N, c.K, 0.5f, Activation::none, __nv_bfloat16{});
+  }
+  run(129, 264, 72, 0.0f, Activation::gelu, __half{});
+}
 TEST_CASE("v5 TMA + wgmma: every element vs FP64", "[gpu][v5]") {
   check_all_types(5);
   check_version_vs_cublas<__nv_bfloat16, float>(5);
