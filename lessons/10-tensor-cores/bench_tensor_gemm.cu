@@ -1,0 +1,179 @@
+// Lesson 10 benchmark: every version and the cuBLAS baselines in one run (make bench LESSON=10).
+//
+//   all_versions_4096/<name>     FP16 in and out, FP32 accumulation, 4096^3: cuBLAS, v1..v5, and
+//                                v4 with its 128x256 tile (gemm_v4_tile)
+//   bf16_4096/<name>             the same in BF16: cuBLAS, v4, v5
+//   epilogue_4096/<name>         C = GELU(A B + bias): cuBLASLt's GELU_BIAS epilogue, v4 and v5
+//                                fused, and v5 without an epilogue (what the fusion costs)
+//   sweep/<name>/<n>             squares n = 512 .. 8192: cuBLAS, v4 (both tiles), v5
+//   fc/<name>/<batch>            a fully connected layer 4096 -> 4096 at batch 1..32 (M = batch)
+//   conv1x1/<name>/<MxNxK>       1x1 convolutions as GEMM (M = batch x pixels, N = out channels,
+//                                K = in channels)
+//
+// Counters: TFLOP/s (2MNK / GPU time), %peak (of the dense FP16 tensor peak read from the device:
+// tensor_gemm.cuh), %cublas (of the cuBLAS run of the same shape and type registered just before;
+// tools/bench_report.py recomputes the ratios from the JSON medians). A version this GPU lacks
+// reports "not supported on this GPU" as the benchmark's error; the others still run.
+#include <functional>
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "common/bench.hpp"
+#include "common/memory.hpp"
+#include "common/stream.hpp"
+#include "tensor_gemm.cuh"
+
+using namespace lesson10;
+
+namespace {
+
+template <class T>
+struct Problem {
+  int M = 0, N = 0, K = 0;
+  course::DeviceBuffer<T> A, B, C;
+  course::DeviceBuffer<float> bias;
+};
+
+template <class T>
+Problem<T>& problem(int M, int N, int K) {
+  static Problem<T> p;
+  if (p.M != M || p.N != N || p.K != K) {
+    p = Problem<T>{};
+    p.A = course::DeviceBuffer<T>(std::size_t{1} * M * K);
+    p.B = course::DeviceBuffer<T>(std::size_t{1} * K * N);
+    p.C = course::DeviceBuffer<T>(std::size_t{1} * M * N);
+    p.bias = course::DeviceBuffer<float>(N);
+    fill_uniform(p.A.data(), p.A.size(), 1, -1.0f, 1.0f);
+    fill_uniform(p.B.data(), p.B.size(), 2, -1.0f, 1.0f);
+    fill_uniform(p.bias.data(), p.bias.size(), 3, -1.0f, 1.0f);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    p.M = M, p.N = N, p.K = K;
+  }
+  return p;
+}
+
+const Blas& blas() {
+  static const Blas b;
+  return b;
+}
+
+double peak_tflops() {
+  static const double peak = tensor_peak(0).tflops;
+  return peak;
+}
+
+std::map<std::string, std::string>& baseline_shape() {
+  static std::map<std::string, std::string> m;
+  return m;
+}
+
+// What one benchmark runs: `who` = -1 cuBLAS, -2 cuBLASLt, kV4Wide v4 with the 128x256 tile,
+// else a version number.
+constexpr int kV4Wide = 40;
+struct Spec {
+  std::string name;
+  int M, N, K;
+  bool bf16;
+  int who;
+  Activation act;
+  std::string baseline;  // the baseline this run sets ("cublas_fp16"...) or compares with
+};
+
+template <class T>
+void enqueue(const Spec& s, Problem<T>& p, cudaStream_t st) {
+  const float* bias = s.act == Activation::none ? nullptr : p.bias.data();
+  if (s.who == -1)
+    cublas_gemm(blas(), p.M, p.N, p.K, 1.0f, p.A.data(), p.B.data(), 0.0f, p.C.data(), st);
+  else if (s.who == -2)
+    cublaslt_gemm(blas(), p.M, p.N, p.K, 1.0f, p.A.data(), p.B.data(), 0.0f, p.C.data(), bias,
+                  s.act, st);
+  else if (s.who == kV4Wide)
+    gemm_v4_tile(V4Tile::t128x256_s3, p.M, p.N, p.K, 1.0f, p.A.data(), p.B.data(), 0.0f, p.C.data(),
+                 bias, s.act, st);
+  else
+    tensor_gemm(s.who, p.M, p.N, p.K, 1.0f, p.A.data(), p.B.data(), 0.0f, p.C.data(), bias, s.act,
+                st);
+}
+
+template <class T>
+void run_typed(benchmark::State& state, const Spec& spec) {
+  Problem<T>& p = problem<T>(spec.M, spec.N, spec.K);
+  course::Stream stream;
+  double s = 0.0;
+  try {
+    const bool small = static_cast<double>(spec.M) * spec.N * spec.K <= 1024.0 * 1024 * 1024;
+    s = course::bench::time_on_gpu(state, stream, course::bench::Options{course::L2::warm, small},
+                                   [&] { enqueue(spec, p, stream); });
+  } catch (const NotSupported& e) {
+    state.SkipWithError(e.what());  // thrown by the warm-up call, before any timed iteration
+    return;
+  }
+  if (s <= 0.0) return;
+  const double tflops = gemm_flops(spec.M, spec.N, spec.K) / s / 1e12;
+  state.counters["TFLOP/s"] = tflops;
+  state.counters["%peak"] = 100.0 * tflops / peak_tflops();
+  const std::string key =
+      std::to_string(spec.M) + "x" + std::to_string(spec.N) + "x" + std::to_string(spec.K);
+  if (spec.who < 0) {
+    course::bench::set_baseline(spec.baseline, tflops);
+    baseline_shape()[spec.baseline] = key;
+  } else if (baseline_shape()[spec.baseline] == key) {
+    course::bench::report_vs_baseline(state, spec.baseline, tflops);
+  }
+}
+
+bool register_all() {
+  std::vector<Spec> specs;
+  const auto add_group = [&](const std::string& prefix, const std::string& suffix, int M, int N,
+                             int K, bool bf16, const std::vector<int>& vs) {
+    const std::string base = bf16 ? "cublas_bf16" : "cublas_fp16";
+    specs.push_back({prefix + base + suffix, M, N, K, bf16, -1, Activation::none, base});
+    for (const int v : vs)
+      specs.push_back(
+          {prefix + version_info(v).name + suffix, M, N, K, bf16, v, Activation::none, base});
+  };
+  add_group("all_versions_4096/", "", 4096, 4096, 4096, false, {1, 2, 3, 4, 5});
+  specs.push_back({"all_versions_4096/v4_pipeline_128x256", 4096, 4096, 4096, false, kV4Wide,
+                   Activation::none, "cublas_fp16"});
+  add_group("bf16_4096/", "", 4096, 4096, 4096, true, {4, 5});
+  specs.push_back({"epilogue_4096/cublaslt_bias_gelu", 4096, 4096, 4096, false, -2,
+                   Activation::gelu, "cublaslt_gelu"});
+  for (const int v : {4, 5})
+    specs.push_back({"epilogue_4096/" + std::string(version_info(v).name) + "_bias_gelu", 4096,
+                     4096, 4096, false, v, Activation::gelu, "cublaslt_gelu"});
+  specs.push_back({"epilogue_4096/v5_wgmma_no_epilogue", 4096, 4096, 4096, false, 5,
+                   Activation::none, "cublaslt_gelu"});
+  for (const int n : {512, 1024, 2048, 4096, 8192}) {
+    add_group("sweep/", "/" + std::to_string(n), n, n, n, false, {4, 5});
+    specs.push_back({"sweep/v4_pipeline_128x256/" + std::to_string(n), n, n, n, false, kV4Wide,
+                     Activation::none, "cublas_fp16"});
+  }
+  for (const int batch : {1, 2, 4, 8, 16, 32})
+    add_group("fc/", "/batch" + std::to_string(batch), batch, 4096, 4096, false, {4, 5});
+  // ResNet-50-like 1x1 convolutions at batch 8: 56x56 pixels 64 -> 256 and 256 -> 64 channels,
+  // 14x14 pixels 1024 -> 256.
+  for (const auto& s :
+       std::vector<std::vector<int>>{{25088, 256, 64}, {25088, 64, 256}, {1568, 256, 1024}})
+    add_group("conv1x1/",
+              "/" + std::to_string(s[0]) + "x" + std::to_string(s[1]) + "x" + std::to_string(s[2]),
+              s[0], s[1], s[2], false, {4, 5});
+
+  for (Spec& spec : specs) {
+    const std::string name = spec.name;
+    benchmark::RegisterBenchmark(name.c_str(), [spec = std::move(spec)](benchmark::State& st) {
+      if (spec.bf16)
+        run_typed<__nv_bfloat16>(st, spec);
+      else
+        run_typed<__half>(st, spec);
+    })->Apply(course::bench::defaults);
+  }
+  return true;
+}
+
+const bool registered = register_all();
+
+}  // namespace
+
+COURSE_BENCH_MAIN();

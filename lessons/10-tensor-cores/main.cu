@@ -1,0 +1,311 @@
+// Lesson 10: tensor-core GEMM in FP16 / BF16, WMMA to Hopper's TMA + wgmma, measured on this GPU.
+//
+//   lesson10 [--size S | --m M --n N --k K] [--version V]... [--reps R] [--help]
+//
+// 1. The version table at one shape (default 4096^3), FP16 in and out, FP32 accumulation:
+//    cuBLAS (cublasGemmEx, CUBLAS_COMPUTE_32F) first, then each version; every element of every
+//    result is checked against cuBLAS; time, TFLOP/s, % of cuBLAS, % of the FP16 tensor peak.
+// 2. BF16: the best versions against cuBLAS in BF16.
+// 3. The fused bias + GELU epilogue against cuBLASLt's (CUBLASLT_EPILOGUE_GELU_BIAS).
+// 4. A small sweep of inference shapes (fully connected layer at batch 1..32, 1x1 convolution).
+// The full sweep and the statistics: make bench LESSON=10.
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "common/cuda_check.hpp"
+#include "common/device.hpp"
+#include "common/headline.hpp"
+#include "common/lesson_main.hpp"
+#include "common/memory.hpp"
+#include "common/stream.hpp"
+#include "common/timing.hpp"
+#include "tensor_gemm.cuh"
+
+using namespace lesson10;
+
+namespace {
+
+struct Options {
+  int M = 4096, N = 4096, K = 4096;  // the shape of the version table
+  int reps = 5;                      // timed runs per kernel
+  std::vector<int> versions;         // empty: all
+};
+
+// The median GPU time of `reps` runs after one warm-up (common/timing.hpp's measure).
+template <class F>
+double median_ms(cudaStream_t stream, int reps, F&& enqueue) {
+  return course::measure(stream, reps, enqueue, course::L2::warm, false).gpu_ms;
+}
+
+float host_float(__half v) {
+  return __half2float(v);
+}
+float host_float(__nv_bfloat16 v) {
+  return __bfloat162float(v);
+}
+
+// One shape's operands and what a result is checked against: cuBLAS's C (FP32 output) and
+// sum_k |a||b| per element (cuBLAS of |A| |B|), the scale of the rounding error.
+template <class In>
+struct Problem {
+  int M, N, K;
+  course::DeviceBuffer<In> A, B;
+  course::DeviceBuffer<float> bias, expected, abs_sum;
+  Problem(const Blas& blas, int m, int n, int k, cudaStream_t s)
+      : M(m),
+        N(n),
+        K(k),
+        A(std::size_t{1} * m * k),
+        B(std::size_t{1} * k * n),
+        bias(n),
+        expected(std::size_t{1} * m * n),
+        abs_sum(std::size_t{1} * m * n) {
+    fill_uniform(A.data(), A.size(), 1, -1.0f, 1.0f, s);
+    fill_uniform(B.data(), B.size(), 2, -1.0f, 1.0f, s);
+    fill_uniform(bias.data(), bias.size(), 3, -1.0f, 1.0f, s);
+    cublas_gemm(blas, M, N, K, 1.0f, A.data(), B.data(), 0.0f, expected.data(), s);
+    const auto absolute = [&](const course::DeviceBuffer<In>& d) {
+      std::vector<In> h = course::to_host(d);
+      for (In& v : h) v = In(std::fabs(host_float(v)));
+      return course::to_device(h);
+    };
+    CUDA_CHECK(cudaStreamSynchronize(s));
+    const course::DeviceBuffer<In> absA = absolute(A), absB = absolute(B);
+    cublas_gemm(blas, M, N, K, 1.0f, absA.data(), absB.data(), 0.0f, abs_sum.data(), s);
+    CUDA_CHECK(cudaStreamSynchronize(s));
+  }
+};
+
+// Every element of `got` (type Out) vs cuBLAS: both within the bound of the exact product, so
+// within the sum of the two bounds of each other (output rounding counted on both sides).
+template <class In, class Out>
+std::size_t count_bad(const Problem<In>& p, const course::DeviceBuffer<Out>& got) {
+  const std::vector<Out> g = course::to_host(got);
+  const std::vector<float> e = course::to_host(p.expected), s = course::to_host(p.abs_sum);
+  std::size_t bad = 0;
+  for (std::size_t i = 0; i < g.size(); ++i) {
+    const double v = static_cast<double>(static_cast<float>(g[i]));
+    const double tol = 2.0 * tensor_gemm_error_bound(p.K, 1.0, 1.001 * s[i], 0.0, 0.0, 0.0,
+                                                     Activation::none, dtype_of<Out>(), e[i]);
+    if (!(std::fabs(v - e[i]) <= tol)) ++bad;
+  }
+  return bad;
+}
+
+// One checked run of version v (every element vs cuBLAS), then its median time.
+struct Measured {
+  double ms;
+  std::size_t bad;
+};
+template <class In>
+Measured run_checked(int v, const Problem<In>& p, course::DeviceBuffer<In>& C, int reps,
+                     cudaStream_t s) {
+  const auto call = [&] {
+    tensor_gemm(v, p.M, p.N, p.K, 1.0f, p.A.data(), p.B.data(), 0.0f, C.data(), nullptr,
+                Activation::none, s);
+  };
+  CUDA_CHECK(cudaMemsetAsync(C.data(), 0, C.bytes(), s));
+  call();
+  CUDA_CHECK(cudaStreamSynchronize(s));
+  const std::size_t bad = count_bad(p, C);
+  return {median_ms(s, reps, call), bad};
+}
+
+void print_header() {
+  std::printf("  %-22s %9s %9s %9s %8s   %s\n", "version", "ms", "TFLOP/s", "%cuBLAS", "%peak",
+              "check (every element vs cuBLAS)");
+}
+void print_row(const char* name, double ms, double flops, double cublas_tflops, double peak,
+               const std::string& check) {
+  const double tflops = flops / (ms / 1e3) / 1e12;
+  std::printf("  %-22s %9.3f %9.1f %8.1f%% %7.1f%%   %s\n", name, ms, tflops,
+              cublas_tflops > 0 ? 100.0 * tflops / cublas_tflops : 0.0, 100.0 * tflops / peak,
+              check.c_str());
+}
+
+// The table of versions at one shape; returns the TFLOP/s of each version that ran (0 otherwise).
+template <class In>
+std::vector<double> version_table(const Blas& blas, const Options& opt, const std::vector<int>& vs,
+                                  double peak, cudaStream_t s, double* cublas_out) {
+  Problem<In> p(blas, opt.M, opt.N, opt.K, s);
+  const double flops = gemm_flops(p.M, p.N, p.K);
+  course::DeviceBuffer<In> C(std::size_t{1} * p.M * p.N);
+  print_header();
+  const double cublas_ms = median_ms(s, opt.reps, [&] {
+    cublas_gemm(blas, p.M, p.N, p.K, 1.0f, p.A.data(), p.B.data(), 0.0f, C.data(), s);
+  });
+  const double cublas_tflops = flops / (cublas_ms / 1e3) / 1e12;
+  print_row("cublasGemmEx", cublas_ms, flops, cublas_tflops, peak, "(the oracle's source)");
+  *cublas_out = cublas_tflops;
+  std::vector<double> tflops(6, 0.0);
+  for (const int v : vs) {
+    const VersionInfo& info = version_info(v);
+    std::string why;
+    if (!version_supported(v, dtype_of<In>(), &why)) {
+      std::printf("  %-22s not supported on this GPU: %s\n", info.name, why.c_str());
+      continue;
+    }
+    if (v >= 2 && (p.K % 8 != 0 || p.N % 8 != 0)) {
+      std::printf("  %-22s skipped: needs K and N multiples of 8\n", info.name);
+      continue;
+    }
+    const Measured r = run_checked(v, p, C, opt.reps, s);
+    print_row(info.name, r.ms, flops, cublas_tflops, peak,
+              r.bad == 0 ? "ok" : "FAILED (" + std::to_string(r.bad) + " elements)");
+    tflops[v] = r.bad == 0 ? flops / (r.ms / 1e3) / 1e12 : 0.0;
+  }
+  return tflops;
+}
+
+int run(const Options& opt) {
+  std::printf("Lesson 10: tensor-core GEMM in FP16 and BF16\n");
+  std::printf("============================================\n");
+  const course::DeviceInfo dev = course::query_device(0);
+  std::printf("%s\n", course::summary(dev).c_str());
+  const TensorPeak peak = tensor_peak(0);
+  std::printf(
+      "Dense FP16 tensor peak (FP32 accumulate): %d SMs x %d FLOP/clock/SM x %.0f MHz (the max "
+      "boost clock) = %.1f TFLOP/s\n(FLOP/clock/SM per architecture from NVIDIA's whitepapers: "
+      "tensor_gemm.cuh, fp16_flops_per_clock_per_sm)\n",
+      peak.sm_count, peak.flops_per_clock_per_sm, peak.clock_khz / 1e3, peak.tflops);
+  std::vector<int> vs = opt.versions;
+  if (vs.empty())
+    for (const VersionInfo& v : versions()) vs.push_back(v.number);
+
+  course::Stream stream;
+  const Blas blas;
+  std::printf(
+      "\n1. FP16 A, B and C, FP32 accumulation: C(%dx%d) = A(%dx%d) B(%dx%d), %.1f GFLOP.\n"
+      "   Median GPU time of %d runs; every element checked against cuBLAS within the sum "
+      "of both error bounds.\n",
+      opt.M, opt.N, opt.M, opt.K, opt.K, opt.N, gemm_flops(opt.M, opt.N, opt.K) / 1e9, opt.reps);
+  double cublas16 = 0.0;
+  const std::vector<double> t16 =
+      version_table<__half>(blas, opt, vs, peak.tflops, stream, &cublas16);
+  int best = 0;
+  for (int v = 1; v <= 5; ++v)
+    if (t16[v] > 0 && (best == 0 || t16[v] > t16[best])) best = v;
+  if (best > 0)
+    course::add_headline("FP16 %dx%dx%d: v%d %.0f TFLOP/s, %.0f%% of cuBLAS", opt.M, opt.N, opt.K,
+                         best, t16[best], 100.0 * t16[best] / cublas16);
+  if (t16[4] > 0)
+    course::add_headline("v4 (mma.sync + cp.async) %.0f%%", 100.0 * t16[4] / cublas16);
+  if (t16[5] > 0) course::add_headline("v5 (wgmma) %.0f%%", 100.0 * t16[5] / cublas16);
+
+  std::printf("\n2. The same in BF16 (the best versions).\n");
+  std::vector<int> bf;
+  for (int v : vs)
+    if (v >= 4) bf.push_back(v);
+  double cublas_bf = 0.0;
+  version_table<__nv_bfloat16>(blas, opt, bf, peak.tflops, stream, &cublas_bf);
+
+  // 3. Fused bias + GELU: ours in the write-out vs cuBLASLt's epilogue.
+  const int fused = t16[5] > 0 ? 5 : (t16[4] > 0 ? 4 : 0);
+  if (fused > 0 && opt.N % 8 == 0 && opt.K % 8 == 0) {
+    std::printf(
+        "\n3. C = GELU(A B + bias), FP16, fused into the write-out (v%d) vs cuBLASLt's "
+        "GELU_BIAS epilogue.\n",
+        fused);
+    Problem<__half> p(blas, opt.M, opt.N, opt.K, stream);
+    course::DeviceBuffer<__half> C(std::size_t{1} * p.M * p.N);
+    const double flops = gemm_flops(p.M, p.N, p.K);
+    const double lt_ms = median_ms(stream, opt.reps, [&] {
+      cublaslt_gemm(blas, p.M, p.N, p.K, 1.0f, p.A.data(), p.B.data(), 0.0f, C.data(),
+                    p.bias.data(), Activation::gelu, stream);
+    });
+    const double ours_ms = median_ms(stream, opt.reps, [&] {
+      tensor_gemm(fused, p.M, p.N, p.K, 1.0f, p.A.data(), p.B.data(), 0.0f, C.data(), p.bias.data(),
+                  Activation::gelu, stream);
+    });
+    const double lt_tflops = flops / (lt_ms / 1e3) / 1e12;
+    print_header();
+    print_row("cublasLt bias+GELU", lt_ms, flops, lt_tflops, peak.tflops, "(timing only)");
+    print_row(version_info(fused).name, ours_ms, flops, lt_tflops, peak.tflops,
+              "(timing only; % is of cuBLASLt; values: the [gpu] tests)");
+  }
+
+  // 4. Inference shapes: a fully connected layer 4096 -> 4096 at batch 1..32 (M = batch), and a
+  // 1x1 convolution as GEMM (batch 8 of 56x56 pixels: M = 25088, 256 -> 256 channels).
+  if (best > 0) {
+    std::printf("\n4. Inference shapes, FP16, v%d vs cuBLAS (the full sweep: make bench).\n", best);
+    std::printf("  %-26s %10s %10s %9s\n", "shape (M x N x K)", "cuBLAS us", "ours us", "%cuBLAS");
+    struct Shape {
+      const char* what;
+      int M, N, K;
+    };
+    const Shape shapes[] = {{"FC batch 1", 1, 4096, 4096},
+                            {"FC batch 8", 8, 4096, 4096},
+                            {"FC batch 32", 32, 4096, 4096},
+                            {"1x1 conv 56x56x8", 25088, 256, 256}};
+    for (const Shape& sh : shapes) {
+      Problem<__half> p(blas, sh.M, sh.N, sh.K, stream);
+      course::DeviceBuffer<__half> C(std::size_t{1} * p.M * p.N);
+      const double cb = median_ms(stream, opt.reps, [&] {
+        cublas_gemm(blas, p.M, p.N, p.K, 1.0f, p.A.data(), p.B.data(), 0.0f, C.data(), stream);
+      });
+      const Measured r = run_checked(best, p, C, opt.reps, stream);
+      char label[64];
+      std::snprintf(label, sizeof label, "%s %dx%dx%d", sh.what, sh.M, sh.N, sh.K);
+      std::printf("  %-26s %10.1f %10.1f %8.1f%%%s\n", label, cb * 1e3, r.ms * 1e3,
+                  100.0 * cb / r.ms, r.bad == 0 ? "" : "  FAILED check");
+    }
+  }
+  course::print_headline();
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options opt;
+  CLI::App app{
+      "Lesson 10: tensor-core GEMM in FP16/BF16, WMMA to Hopper's TMA + wgmma.\n"
+      "Runs cuBLAS and each version, checks every result, prints time, TFLOP/s, % of cuBLAS\n"
+      "and % of the FP16 tensor peak; then BF16, the fused bias + GELU epilogue and inference "
+      "shapes."};
+  // Sizes apply in command-line order (trigger_on_parse): a later --m overrides an earlier --size.
+  struct SizeOption {
+    const char* name;
+    const char* help;
+    std::vector<int*> targets;
+  };
+  const SizeOption sizes[] = {
+      {"--size", "M = N = K = S (default 4096)", {&opt.M, &opt.N, &opt.K}},
+      {"--m", "M alone (any value >= 1)", {&opt.M}},
+      {"--n", "N alone (v2..v5 need a multiple of 8)", {&opt.N}},
+      {"--k", "K alone (v2..v5 need a multiple of 8)", {&opt.K}},
+  };
+  for (const SizeOption& so : sizes) {
+    const std::vector<int*> targets = so.targets;
+    app.add_option_function<int>(
+           so.name,
+           [targets](const int& v) {
+             for (int* t : targets) *t = v;
+           },
+           so.help)
+        ->type_name("INT")
+        ->check(course::integer_in(1, 1 << 16))
+        ->trigger_on_parse();
+  }
+  app.add_option("--version", opt.versions, "run version V only (repeat for several); default: all")
+      ->type_name("V")
+      ->check(course::integer_in(1, static_cast<long long>(versions().size())))
+      ->allow_extra_args(false);
+  app.add_option("--reps", opt.reps, "timed runs per kernel, median reported (default 5)")
+      ->type_name("R")
+      ->check(course::integer_in(1, 1000));
+  std::string footer = "Versions:";
+  for (const VersionInfo& v : versions()) {
+    char line[256];
+    std::snprintf(line, sizeof line, "\n  %d  %-16s %s", v.number, v.name, v.idea);
+    footer += line;
+  }
+  app.footer(footer);
+  return course::lesson_main(app, argc, argv, [&] { return run(opt); });
+}

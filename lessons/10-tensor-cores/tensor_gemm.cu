@@ -1,0 +1,738 @@
+// Lesson 10: the tensor-core GEMM versions v1..v4, the dispatcher, cuBLAS / cuBLASLt baselines,
+// the peak and the CPU oracle. v5 (Hopper, sm_90a) is in tensor_gemm_sm90.cu. The API and the
+// conventions are documented in tensor_gemm.cuh.
+#include "tensor_gemm.cuh"
+
+#include <cublasLt.h>
+#include <cublas_v2.h>
+#include <mma.h>
+
+#include <climits>
+#include <cmath>
+#include <string>
+#include <type_traits>
+
+#include "common/cuda_check.hpp"
+#include "epilogue.cuh"
+
+namespace lesson10 {
+
+const char* to_string(Activation act) {
+  static const char* const names[] = {"none", "relu", "gelu"};
+  const int i = static_cast<int>(act);
+  return i >= 0 && i < 3 ? names[i] : "unknown";
+}
+
+const char* to_string(DType t) {
+  static const char* const names[] = {"fp32", "fp16", "bf16"};
+  const int i = static_cast<int>(t);
+  return i >= 0 && i < 3 ? names[i] : "unknown";
+}
+
+using namespace detail;
+
+namespace {
+
+// ---------------------------------------------------------------- PTX wrappers (sm_80+)
+// Compiled only for compute_80 and newer: the kernels below use them under the same condition.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+
+__device__ __forceinline__ unsigned smem_u32(const void* p) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+
+// 16 bytes global -> shared, bypassing L1 (.cg); src_bytes < 16 zero-fills the rest (0: all
+// zeros, nothing read).
+__device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(smem)), "l"(gmem),
+               "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::);
+}
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
+}
+
+__device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], const void* smem) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_u32(smem)));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(unsigned (&r)[4], const void* smem) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_u32(smem)));
+}
+
+// D = A * B + D, m16n8k16, FP32 accumulators (fragment layouts: mma_*_element in the header).
+template <class In>
+__device__ __forceinline__ void mma_16816(float (&d)[4], const unsigned (&a)[4], unsigned b0,
+                                          unsigned b1);
+template <>
+__device__ __forceinline__ void mma_16816<__half>(float (&d)[4], const unsigned (&a)[4],
+                                                  unsigned b0, unsigned b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+template <>
+__device__ __forceinline__ void mma_16816<__nv_bfloat16>(float (&d)[4], const unsigned (&a)[4],
+                                                         unsigned b0, unsigned b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+#endif  // __CUDA_ARCH__ >= 800
+
+// ---------------------------------------------------------------- v1: WMMA
+
+namespace v1cfg {
+constexpr int BM = 128, BN = 128, BK = 32, kThreads = 256;
+constexpr int kLdA = BK + 8, kLdB = BN + 8;  // halves; padding keeps ldm % 8 == 0
+constexpr int kSmemBytes = (BM * kLdA + BK * kLdB) * 2;
+}  // namespace v1cfg
+
+template <class In>
+__host__ __device__ constexpr bool wmma_compiled() {
+#if defined(__CUDA_ARCH__)
+  return std::is_same<In, __half>::value ? __CUDA_ARCH__ >= 700 : __CUDA_ARCH__ >= 800;
+#else
+  return true;
+#endif
+}
+
+template <class In, class Out>
+__global__ void __launch_bounds__(v1cfg::kThreads)
+    wmma_kernel(int M, int N, int K, const In* __restrict__ A, const In* __restrict__ B,
+                Out* __restrict__ C, Epilogue e) {
+  if constexpr (wmma_compiled<In>()) {
+    using namespace nvcuda;
+    using namespace v1cfg;
+    __shared__ __align__(128) unsigned char smem[kSmemBytes];
+    In* As = reinterpret_cast<In*>(smem);  // [BM][kLdA]
+    In* Bs = As + BM * kLdA;               // [BK][kLdB]
+    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+    const int bm = blockIdx.y * BM, bn = blockIdx.x * BN;
+    const int wr = warp / 4, wc = warp % 4;  // warp tile: rows wr*64 .. +64, cols wc*32 .. +32
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[4][2];
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int j = 0; j < 2; ++j) wmma::fill_fragment(acc[i][j], 0.0f);
+    const In zero = In(0.0f);
+    for (int k0 = 0; k0 < K; k0 += BK) {
+      // Plain guarded element loads: any M, N, K, any alignment (the simple, slow way).
+      for (int idx = tid; idx < BM * BK; idx += kThreads) {
+        const int r = idx / BK, c = idx % BK, gm = bm + r, gk = k0 + c;
+        As[r * kLdA + c] = (gm < M && gk < K) ? A[static_cast<std::size_t>(gm) * K + gk] : zero;
+      }
+      for (int idx = tid; idx < BK * BN; idx += kThreads) {
+        const int r = idx / BN, c = idx % BN, gk = k0 + r, gn = bn + c;
+        Bs[r * kLdB + c] = (gk < K && gn < N) ? B[static_cast<std::size_t>(gk) * N + gn] : zero;
+      }
+      __syncthreads();
+#pragma unroll
+      for (int kk = 0; kk < BK; kk += 16) {
+        wmma::fragment<wmma::matrix_a, 16, 16, 16, In, wmma::row_major> a[4];
+        wmma::fragment<wmma::matrix_b, 16, 16, 16, In, wmma::row_major> b[2];
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+          wmma::load_matrix_sync(a[i], As + (wr * 64 + i * 16) * kLdA + kk, kLdA);
+#pragma unroll
+        for (int j = 0; j < 2; ++j)
+          wmma::load_matrix_sync(b[j], Bs + kk * kLdB + wc * 32 + j * 16, kLdB);
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+#pragma unroll
+          for (int j = 0; j < 2; ++j) wmma::mma_sync(acc[i][j], a[i], b[j], acc[i][j]);
+      }
+      __syncthreads();  // consumed before the next tile (or the staging below) overwrites it
+    }
+    // Write-out through a per-warp 16x16 FP32 staging area (the fragment layout is opaque).
+    float* stage = reinterpret_cast<float*>(smem) + warp * 256;
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        wmma::store_matrix_sync(stage, acc[i][j], 16, wmma::mem_row_major);
+        __syncwarp();
+        for (int q = 0; q < 8; ++q) {
+          const int el = lane + q * 32;
+          const int m = bm + wr * 64 + i * 16 + el / 16, n = bn + wc * 32 + j * 16 + el % 16;
+          if (m < M && n < N) store_one(e, C, N, m, n, stage[el]);
+        }
+        __syncwarp();
+      }
+  } else {
+#if defined(__CUDA_ARCH__)
+    __trap();  // compiled for an architecture without these tensor cores; the launcher refuses
+#endif
+  }
+}
+
+// ---------------------------------------------------------------- v2..v4: mma.sync + ldmatrix
+
+// The block tile of v2..v4: BM x BN of C per block of 8 warps (2 down M, 4 across N), K tiles
+// of 32, kStages shared-memory stages, rows padded by 16 bytes or XOR-swizzled.
+template <int BM_, int BN_, int kStages_, bool kSwizzle_>
+struct MmaTile {
+  static constexpr int BM = BM_, BN = BN_, BK = 32, kThreads = 256, kStages = kStages_;
+  static constexpr bool kSwizzle = kSwizzle_;
+  static constexpr int WM = BM / 2, WN = BN / 4;   // the warp tile: 64 x 32 or 64 x 64
+  static constexpr int MI = WM / 16, NJ = WN / 8;  // m16 and n8 fragments per warp
+  static constexpr int kRowA = kSwizzle ? BK : BK + 8, kRowB = kSwizzle ? BN : BN + 8;
+  static constexpr int kAStage = BM * kRowA, kBStage = BK * kRowB;  // halves per stage
+  static constexpr int kSmemBytes = kStages * (kAStage + kBStage) * 2;
+  static constexpr int kALoads = BM * BK / 8 / kThreads, kBLoads = BK * BN / 8 / kThreads;
+  static_assert(WM % 16 == 0 && MI >= 1 && NJ % 2 == 0 && kALoads >= 1 && kBLoads >= 1,
+                "unsupported tile");
+  __device__ static int a_offset(int row, int col) {
+    return kSwizzle ? swizzled_offset(row, col, BK) : padded_offset(row, col, BK);
+  }
+  __device__ static int b_offset(int row, int col) {
+    return kSwizzle ? swizzled_offset(row, col, BN) : padded_offset(row, col, BN);
+  }
+};
+
+// kStages == 1: load, wait, multiply (v2, v3). kStages >= 2: the ring of the header's
+// pipeline_* functions (v4).
+template <class In, class Out, class T>
+__global__ void __launch_bounds__(T::kThreads)
+    mma_kernel(int M, int N, int K, const In* __restrict__ A, const In* __restrict__ B,
+               Out* __restrict__ C, Epilogue e) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  constexpr int BM = T::BM, BN = T::BN, BK = T::BK, kThreads = T::kThreads;
+  constexpr int kStages = T::kStages, MI = T::MI, NJ = T::NJ;
+  extern __shared__ __align__(128) unsigned char smem[];
+  In* As = reinterpret_cast<In*>(smem);
+  In* Bs = As + kStages * T::kAStage;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int bm = blockIdx.y * BM, bn = blockIdx.x * BN;
+  const int wm = (warp / 4) * T::WM, wn = (warp % 4) * T::WN;  // the warp tile's origin
+
+  // One K tile into stage s: 16-byte chunks of A (BM rows x 4) and of B (32 rows x BN / 8);
+  // chunks outside A or B are zero-filled (src size 0: nothing is read).
+  const auto load_tile = [&](int tile, int s) {
+    const int k0 = tile * BK;
+    In* as = As + s * T::kAStage;
+    In* bs = Bs + s * T::kBStage;
+#pragma unroll
+    for (int p = 0; p < T::kALoads; ++p) {
+      const int idx = tid + p * kThreads;
+      const int r = idx / (BK / 8), c = (idx % (BK / 8)) * 8, gm = bm + r, gk = k0 + c;
+      const bool ok = gm < M && gk < K;
+      cp_async_16(as + T::a_offset(r, c), ok ? A + static_cast<std::size_t>(gm) * K + gk : A,
+                  ok ? 16 : 0);
+    }
+#pragma unroll
+    for (int p = 0; p < T::kBLoads; ++p) {
+      const int idx = tid + p * kThreads;
+      const int r = idx / (BN / 8), c = (idx % (BN / 8)) * 8, gk = k0 + r, gn = bn + c;
+      const bool ok = gk < K && gn < N;
+      cp_async_16(bs + T::b_offset(r, c), ok ? B + static_cast<std::size_t>(gk) * N + gn : B,
+                  ok ? 16 : 0);
+    }
+  };
+
+  float acc[MI][NJ][4];  // [m fragment][n fragment][element], layout mma_c_element
+#pragma unroll
+  for (int i = 0; i < MI; ++i)
+#pragma unroll
+    for (int j = 0; j < NJ; ++j)
+#pragma unroll
+      for (int q = 0; q < 4; ++q) acc[i][j][q] = 0.0f;
+
+  const auto multiply = [&](int s) {
+    const In* as = As + s * T::kAStage;
+    const In* bs = Bs + s * T::kBStage;
+    const RowCol la = ldmatrix_a_address(lane), lb = ldmatrix_b_trans_address(lane);
+#pragma unroll
+    for (int kk = 0; kk < BK; kk += 16) {
+      unsigned a[MI][4], b[NJ][2];
+#pragma unroll
+      for (int i = 0; i < MI; ++i)
+        ldmatrix_x4(a[i], as + T::a_offset(wm + i * 16 + la.row, kk + la.col));
+#pragma unroll
+      for (int j = 0; j < NJ / 2; ++j) {  // one ldmatrix.x4.trans: two n8 fragments
+        unsigned r[4];
+        ldmatrix_x4_trans(r, bs + T::b_offset(kk + lb.row, wn + j * 16 + lb.col));
+        b[2 * j][0] = r[0], b[2 * j][1] = r[1], b[2 * j + 1][0] = r[2], b[2 * j + 1][1] = r[3];
+      }
+#pragma unroll
+      for (int i = 0; i < MI; ++i)
+#pragma unroll
+        for (int j = 0; j < NJ; ++j) mma_16816<In>(acc[i][j], a[i], b[j][0], b[j][1]);
+    }
+  };
+
+  const int tiles = ceil_div(K, BK);
+  if constexpr (kStages == 1) {
+    for (int t = 0; t < tiles; ++t) {
+      load_tile(t, 0);
+      cp_async_commit();
+      cp_async_wait<0>();
+      __syncthreads();
+      multiply(0);
+      __syncthreads();  // everyone is done with the tile before the next load overwrites it
+    }
+  } else {
+#pragma unroll
+    for (int s = 0; s < kStages - 1; ++s) {
+      if (s < tiles) load_tile(s, pipeline_stage(s, kStages));
+      cp_async_commit();  // an empty group past the last tile keeps the group count regular
+    }
+    for (int t = 0; t < tiles; ++t) {
+      cp_async_wait<kStages - 2>();  // tile t has landed (for this thread's copies)
+      __syncthreads();               // ... for every thread's, and tile t-1 is consumed
+      const int next = pipeline_tile_issued(t, kStages, tiles);
+      if (next >= 0) load_tile(next, pipeline_stage(next, kStages));
+      cp_async_commit();
+      multiply(pipeline_stage(t, kStages));
+    }
+    cp_async_wait<0>();
+  }
+
+#pragma unroll
+  for (int i = 0; i < MI; ++i)
+#pragma unroll
+    for (int j = 0; j < NJ; ++j)
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        const RowCol rc = mma_c_element(lane, q);
+        const int m = bm + wm + i * 16 + rc.row, n = bn + wn + j * 8 + rc.col;
+        if (m < M && n < N) store_one(e, C, N, m, n, acc[i][j][q]);
+      }
+#elif defined(__CUDA_ARCH__)
+  __trap();  // compiled for a GPU without mma.m16n8k16 / cp.async; the launcher refuses
+#endif
+}
+
+using TileV2 = MmaTile<128, 128, 1, false>;
+using TileV3 = MmaTile<128, 128, 1, true>;
+using TileV4 = MmaTile<128, 128, 4, true>;
+using TileV4Wide = MmaTile<128, 256, 3, true>;
+
+// ---------------------------------------------------------------- launch helpers
+
+int current_cc(int* major, int* minor) {
+  int device = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  CUDA_CHECK(cudaDeviceGetAttribute(major, cudaDevAttrComputeCapabilityMajor, device));
+  CUDA_CHECK(cudaDeviceGetAttribute(minor, cudaDevAttrComputeCapabilityMinor, device));
+  return device;
+}
+
+dim3 grid_for(const char* who, int M, int N, int bm = 128, int bn = 128) {
+  const int gy = ceil_div(M, bm), gx = ceil_div(N, bn);
+  if (gy > 65535)
+    throw std::invalid_argument(std::string(who) + ": M = " + std::to_string(M) +
+                                " needs more than 65535 block rows of " + std::to_string(bm));
+  return dim3(gx, gy);
+}
+
+template <class In, class Out, class T>
+void launch_mma(const char* who, int M, int N, int K, const In* A, const In* B, Out* C,
+                const Epilogue& e, cudaStream_t stream) {
+  auto kernel = mma_kernel<In, Out, T>;
+  if (T::kSmemBytes > 48 * 1024) {
+    CUDA_CHECK(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmemBytes));
+  }
+  kernel<<<grid_for(who, M, N, T::BM, T::BN), T::kThreads, T::kSmemBytes, stream>>>(M, N, K, A, B,
+                                                                                    C, e);
+  CUDA_CHECK_LAUNCH();
+}
+
+// C = act(beta * C + bias) for K == 0 (an empty sum): any version's answer.
+template <class Out>
+__global__ void k0_kernel(int M, int N, Out* C, Epilogue e) {
+  const std::size_t total = static_cast<std::size_t>(M) * N;
+  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<std::size_t>(gridDim.x) * blockDim.x)
+    store_one(e, C, N, static_cast<int>(i / N), static_cast<int>(i % N), 0.0f);
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- public entry points
+
+const std::vector<VersionInfo>& versions() {
+  static const std::vector<VersionInfo> v = {
+      {1, "v1_wmma", "WMMA 16x16x16 fragments, padded shared memory, plain loads"},
+      {2, "v2_mma_ldmatrix", "mma.sync m16n8k16 fed by ldmatrix, padded rows, cp.async"},
+      {3, "v3_swizzle", "XOR-swizzled shared memory instead of padding"},
+      {4, "v4_pipeline", "4-stage cp.async pipeline: loads overlap the tensor cores"},
+      {5, "v5_wgmma", "Hopper: TMA + wgmma, producer and consumer warp groups (sm_90a)"},
+  };
+  return v;
+}
+
+const VersionInfo& version_info(int number) {
+  for (const VersionInfo& v : versions())
+    if (v.number == number) return v;
+  throw std::invalid_argument("lesson10: unknown version " + std::to_string(number) +
+                              " (expected 1.." + std::to_string(versions().size()) + ")");
+}
+
+bool version_supported(int version, DType in, std::string* why_not) {
+  version_info(version);
+  int major = 0, minor = 0;
+  current_cc(&major, &minor);
+  const std::string cc = std::to_string(major) + "." + std::to_string(minor);
+  std::string reason;
+  cudaFuncAttributes attr{};
+  if (version == 5) {
+    if (!(major == 9 && minor == 0))
+      reason = "wgmma and TMA need compute capability 9.0 (sm_90a code); this GPU is " + cc;
+    else if (!sm90_kernels_built())
+      reason = "this build has no sm_90a code (the compiler could not build tensor_gemm_sm90.cu)";
+  } else if (version == 1) {
+    const int need = in == DType::bf16 ? 80 : 70;
+    if (in == DType::bf16)
+      CUDA_CHECK(cudaFuncGetAttributes(&attr, wmma_kernel<__nv_bfloat16, float>));
+    else
+      CUDA_CHECK(cudaFuncGetAttributes(&attr, wmma_kernel<__half, float>));
+    if (major * 10 + minor < need)
+      reason = std::string("WMMA ") + to_string(in) + " needs compute capability " +
+               std::to_string(need / 10) + ".0; this GPU is " + cc;
+    else if (attr.ptxVersion < need)
+      reason = "this binary's WMMA kernel was compiled for compute_" +
+               std::to_string(attr.ptxVersion) +
+               "; rebuild with CMAKE_CUDA_ARCHITECTURES=" + std::to_string(major * 10 + minor);
+  } else {
+    CUDA_CHECK(cudaFuncGetAttributes(&attr, mma_kernel<__half, float, TileV4>));
+    if (major < 8)
+      reason = "mma.m16n8k16 and cp.async need compute capability 8.0; this GPU is " + cc;
+    else if (attr.ptxVersion < 80)
+      reason = "this binary's mma kernels were compiled for compute_" +
+               std::to_string(attr.ptxVersion) +
+               "; rebuild with CMAKE_CUDA_ARCHITECTURES=" + std::to_string(major * 10 + minor);
+  }
+  if (why_not != nullptr) *why_not = reason;
+  return reason.empty();
+}
+
+bool check_tensor_gemm_args(const char* who, int M, int N, int K, const void* A, const void* B,
+                            const void* C, bool aligned16) {
+  const std::string w(who);
+  if (M < 0 || N < 0 || K < 0)
+    throw std::invalid_argument(w + ": sizes must be >= 0, got M = " + std::to_string(M) +
+                                ", N = " + std::to_string(N) + ", K = " + std::to_string(K));
+  const auto too_big = [](int r, int c) { return static_cast<long long>(r) * c > INT_MAX; };
+  if (too_big(M, K) || too_big(K, N) || too_big(M, N))
+    throw std::invalid_argument(w + ": a matrix has more than INT_MAX elements");
+  if (M == 0 || N == 0) return false;
+  if (C == nullptr) throw std::invalid_argument(w + ": C is null");
+  if (K > 0 && (A == nullptr || B == nullptr))
+    throw std::invalid_argument(w + ": A or B is null with K > 0");
+  if (aligned16 && K > 0) {
+    if (K % 8 != 0 || N % 8 != 0)
+      throw std::invalid_argument(
+          w +
+          ": this version loads 16-byte chunks, so K and N must be multiples of 8 (rows of "
+          "A and B 16-byte aligned); got K = " +
+          std::to_string(K) + ", N = " + std::to_string(N) + " (version 1 takes any shape)");
+    if (reinterpret_cast<std::uintptr_t>(A) % 16 != 0 ||
+        reinterpret_cast<std::uintptr_t>(B) % 16 != 0)
+      throw std::invalid_argument(w + ": A and B must be 16-byte aligned for this version");
+  }
+  return true;
+}
+
+template <class In, class Out>
+void tensor_gemm(int version, int M, int N, int K, float alpha, const In* A, const In* B,
+                 float beta, Out* C, const float* bias, Activation act, cudaStream_t stream) {
+  const VersionInfo& info = version_info(version);
+  const std::string who = std::string("tensor_gemm ") + info.name;
+  if (static_cast<int>(act) < 0 || static_cast<int>(act) > 2)
+    throw std::invalid_argument(who + ": unknown activation " +
+                                std::to_string(static_cast<int>(act)));
+  if (version == 1 && (bias != nullptr || act != Activation::none))
+    throw std::invalid_argument(who + ": the fused bias + activation epilogue is in v2..v5");
+  if (!check_tensor_gemm_args(who.c_str(), M, N, K, A, B, C, version >= 2)) return;
+  std::string why;
+  if (!version_supported(version, dtype_of<In>(), &why))
+    throw NotSupported(who + ": not supported on this GPU: " + why);
+  const Epilogue e{alpha, beta, bias, act};
+  if (K == 0) {
+    k0_kernel<Out><<<256, 256, 0, stream>>>(M, N, C, e);
+    CUDA_CHECK_LAUNCH();
+    return;
+  }
+  switch (version) {
+    case 1:
+      wmma_kernel<In, Out>
+          <<<grid_for(who.c_str(), M, N), v1cfg::kThreads, 0, stream>>>(M, N, K, A, B, C, e);
+      CUDA_CHECK_LAUNCH();
+      break;
+    case 2:
+      launch_mma<In, Out, TileV2>(who.c_str(), M, N, K, A, B, C, e, stream);
+      break;
+    case 3:
+      launch_mma<In, Out, TileV3>(who.c_str(), M, N, K, A, B, C, e, stream);
+      break;
+    case 4:
+      if (kDefaultV4Tile == V4Tile::t128x256_s3)
+        launch_mma<In, Out, TileV4Wide>(who.c_str(), M, N, K, A, B, C, e, stream);
+      else
+        launch_mma<In, Out, TileV4>(who.c_str(), M, N, K, A, B, C, e, stream);
+      break;
+    case 5:
+      gemm_v5_wgmma<In, Out>(M, N, K, alpha, A, B, beta, C, bias, act, stream);
+      break;
+  }
+}
+
+template <class In, class Out>
+void gemm_v4_tile(V4Tile tile, int M, int N, int K, float alpha, const In* A, const In* B,
+                  float beta, Out* C, const float* bias, Activation act, cudaStream_t stream) {
+  if (tile == kDefaultV4Tile) {
+    tensor_gemm(4, M, N, K, alpha, A, B, beta, C, bias, act, stream);
+    return;
+  }
+  const char* who = "gemm_v4_tile 128x256";
+  if (tile != V4Tile::t128x256_s3)
+    throw std::invalid_argument("gemm_v4_tile: unknown tile " +
+                                std::to_string(static_cast<int>(tile)));
+  if (static_cast<int>(act) < 0 || static_cast<int>(act) > 2)
+    throw std::invalid_argument(std::string(who) + ": unknown activation");
+  if (!check_tensor_gemm_args(who, M, N, K, A, B, C, true)) return;
+  std::string why;
+  if (!version_supported(4, dtype_of<In>(), &why))
+    throw NotSupported(std::string(who) + ": not supported on this GPU: " + why);
+  if (K == 0) {  // the empty sum: the same answer as every version
+    tensor_gemm(4, M, N, K, alpha, A, B, beta, C, bias, act, stream);
+    return;
+  }
+  launch_mma<In, Out, TileV4Wide>(who, M, N, K, A, B, C, Epilogue{alpha, beta, bias, act}, stream);
+}
+
+#define LESSON10_INSTANTIATE(In, Out)                                                              \
+  template void tensor_gemm<In, Out>(int, int, int, int, float, const In*, const In*, float, Out*, \
+                                     const float*, Activation, cudaStream_t);                      \
+  template void gemm_v4_tile<In, Out>(V4Tile, int, int, int, float, const In*, const In*, float,   \
+                                      Out*, const float*, Activation, cudaStream_t);
+LESSON10_INSTANTIATE(__half, float)
+LESSON10_INSTANTIATE(__half, __half)
+LESSON10_INSTANTIATE(__nv_bfloat16, float)
+LESSON10_INSTANTIATE(__nv_bfloat16, __nv_bfloat16)
+#undef LESSON10_INSTANTIATE
+
+// ---------------------------------------------------------------- peak
+
+int fp16_flops_per_clock_per_sm(int cc_major, int cc_minor) {
+  const int cc = cc_major * 10 + cc_minor;
+  if (cc == 70 || cc == 72 || cc == 75) return 1024;
+  if (cc == 80) return 2048;
+  if (cc == 86 || cc == 87 || cc == 89) return 1024;
+  if (cc == 90) return 4096;
+  throw std::invalid_argument(
+      "fp16_flops_per_clock_per_sm: no table entry for compute capability " +
+      std::to_string(cc_major) + "." + std::to_string(cc_minor));
+}
+
+TensorPeak tensor_peak(int device) {
+  TensorPeak p;
+  int major = 0, minor = 0;
+  CUDA_CHECK(cudaDeviceGetAttribute(&p.sm_count, cudaDevAttrMultiProcessorCount, device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&p.clock_khz, cudaDevAttrClockRate, device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+  p.flops_per_clock_per_sm = fp16_flops_per_clock_per_sm(major, minor);
+  p.tflops = static_cast<double>(p.sm_count) * p.flops_per_clock_per_sm * p.clock_khz * 1e3 / 1e12;
+  return p;
+}
+
+// ---------------------------------------------------------------- cuBLAS and cuBLASLt
+
+namespace {
+void blas_check(int status, const char* call) {
+  if (status != 0)
+    throw std::runtime_error(std::string(call) + " failed with status " + std::to_string(status));
+}
+#define LESSON10_BLAS(call) blas_check(static_cast<int>(call), #call)
+
+template <class T>
+cudaDataType_t cuda_type() {
+  if constexpr (std::is_same<T, float>::value) return CUDA_R_32F;
+  if constexpr (std::is_same<T, __half>::value) return CUDA_R_16F;
+  return CUDA_R_16BF;
+}
+}  // namespace
+
+Blas::Blas() {
+  cublasHandle_t h = nullptr;
+  LESSON10_BLAS(cublasCreate(&h));
+  cublas_ = h;
+  cublasLtHandle_t lt = nullptr;
+  const cublasStatus_t s = cublasLtCreate(&lt);
+  if (s != CUBLAS_STATUS_SUCCESS) {
+    cublasDestroy(h);
+    LESSON10_BLAS(s);
+  }
+  lt_ = lt;
+  const cudaError_t e = cudaMalloc(&workspace_, workspace_bytes_);
+  if (e != cudaSuccess) {
+    cublasLtDestroy(lt);
+    cublasDestroy(h);
+    CUDA_CHECK(e);
+  }
+}
+
+Blas::~Blas() {
+  cudaFree(workspace_);
+  cublasLtDestroy(static_cast<cublasLtHandle_t>(lt_));
+  cublasDestroy(static_cast<cublasHandle_t>(cublas_));
+}
+
+template <class In, class Out>
+void cublas_gemm(const Blas& blas, int M, int N, int K, float alpha, const In* A, const In* B,
+                 float beta, Out* C, cudaStream_t stream) {
+  if (!check_tensor_gemm_args("cublas_gemm", M, N, K, A, B, C, false)) return;
+  auto h = static_cast<cublasHandle_t>(blas.cublas());
+  LESSON10_BLAS(cublasSetStream(h, stream));
+  LESSON10_BLAS(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, N, M, K, &alpha, B, cuda_type<In>(), N, A,
+                             cuda_type<In>(), K, &beta, C, cuda_type<Out>(), N, CUBLAS_COMPUTE_32F,
+                             CUBLAS_GEMM_DEFAULT));
+}
+
+template <class In, class Out>
+void cublaslt_gemm(const Blas& blas, int M, int N, int K, float alpha, const In* A, const In* B,
+                   float beta, Out* C, const float* bias, Activation act, cudaStream_t stream) {
+  if (!check_tensor_gemm_args("cublaslt_gemm", M, N, K, A, B, C, false)) return;
+  auto lt = static_cast<cublasLtHandle_t>(blas.lt());
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t la = nullptr, lb = nullptr, lc = nullptr;
+  cublasLtMatmulPreference_t pref = nullptr;
+  // Column-major view: D^T (N x M) = B^T (N x K) * A^T (K x M); the bias runs down D^T's rows,
+  // i.e. along n, as a fully connected layer's bias does.
+  const auto cleanup = [&] {
+    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    if (lc) cublasLtMatrixLayoutDestroy(lc);
+    if (lb) cublasLtMatrixLayoutDestroy(lb);
+    if (la) cublasLtMatrixLayoutDestroy(la);
+    if (op) cublasLtMatmulDescDestroy(op);
+  };
+  try {
+    LESSON10_BLAS(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_DEFAULT;
+    if (act == Activation::relu)
+      epi = bias ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU;
+    else if (act == Activation::gelu)
+      epi = bias ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU;
+    else if (bias)
+      epi = CUBLASLT_EPILOGUE_BIAS;
+    LESSON10_BLAS(
+        cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
+    if (bias) {
+      const cudaDataType_t bt = CUDA_R_32F;
+      LESSON10_BLAS(
+          cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof(bt)));
+      LESSON10_BLAS(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                                   sizeof(bias)));
+    }
+    LESSON10_BLAS(cublasLtMatrixLayoutCreate(&la, cuda_type<In>(), N, K, N));
+    LESSON10_BLAS(cublasLtMatrixLayoutCreate(&lb, cuda_type<In>(), K, M, K));
+    LESSON10_BLAS(cublasLtMatrixLayoutCreate(&lc, cuda_type<Out>(), N, M, N));
+    LESSON10_BLAS(cublasLtMatmulPreferenceCreate(&pref));
+    const std::size_t ws = blas.workspace_bytes();
+    LESSON10_BLAS(cublasLtMatmulPreferenceSetAttribute(
+        pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+    cublasLtMatmulHeuristicResult_t result{};
+    int found = 0;
+    LESSON10_BLAS(cublasLtMatmulAlgoGetHeuristic(lt, op, la, lb, lc, lc, pref, 1, &result, &found));
+    if (found == 0)
+      throw NotSupported("cublaslt_gemm: cuBLASLt has no algorithm for this epilogue and types");
+    LESSON10_BLAS(cublasLtMatmul(lt, op, &alpha, B, la, A, lb, &beta, C, lc, C, lc, &result.algo,
+                                 blas.workspace(), ws, stream));
+  } catch (...) {
+    cleanup();
+    throw;
+  }
+  cleanup();
+}
+
+#define LESSON10_INSTANTIATE(In, Out)                                                           \
+  template void cublas_gemm<In, Out>(const Blas&, int, int, int, float, const In*, const In*,   \
+                                     float, Out*, cudaStream_t);                                \
+  template void cublaslt_gemm<In, Out>(const Blas&, int, int, int, float, const In*, const In*, \
+                                       float, Out*, const float*, Activation, cudaStream_t);
+LESSON10_INSTANTIATE(__half, float)
+LESSON10_INSTANTIATE(__half, __half)
+LESSON10_INSTANTIATE(__nv_bfloat16, float)
+LESSON10_INSTANTIATE(__nv_bfloat16, __nv_bfloat16)
+#undef LESSON10_INSTANTIATE
+
+// ---------------------------------------------------------------- test data and the oracle
+
+namespace {
+__host__ __device__ inline std::uint64_t mix64(std::uint64_t x) {  // splitmix64's finaliser
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9ull;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+template <class T>
+__global__ void fill_kernel(T* data, std::size_t n, std::uint64_t seed, float lo, float hi) {
+  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
+    const float u = static_cast<float>(mix64(seed * 0x9e3779b97f4a7c15ull + i) >> 40) / 16777216.0f;
+    data[i] = from_float<T>(lo + (hi - lo) * u);
+  }
+}
+}  // namespace
+
+template <class T>
+void fill_uniform(T* data, std::size_t n, std::uint64_t seed, float lo, float hi,
+                  cudaStream_t stream) {
+  if (n == 0) return;
+  if (data == nullptr) throw std::invalid_argument("fill_uniform: data is null");
+  fill_kernel<T><<<1024, 256, 0, stream>>>(data, n, seed, lo, hi);
+  CUDA_CHECK_LAUNCH();
+}
+template void fill_uniform<float>(float*, std::size_t, std::uint64_t, float, float, cudaStream_t);
+template void fill_uniform<__half>(__half*, std::size_t, std::uint64_t, float, float, cudaStream_t);
+template void fill_uniform<__nv_bfloat16>(__nv_bfloat16*, std::size_t, std::uint64_t, float, float,
+                                          cudaStream_t);
+
+double reference_element(int N, int K, const float* A, const float* B, int m, int n,
+                         double* abs_sum) {
+  double s = 0.0, a = 0.0;
+  for (int k = 0; k < K; ++k) {
+    const double p = static_cast<double>(A[static_cast<std::size_t>(m) * K + k]) *
+                     B[static_cast<std::size_t>(k) * N + n];
+    s += p;
+    a += std::fabs(p);
+  }
+  if (abs_sum) *abs_sum = a;
+  return s;
+}
+
+double tensor_gemm_error_bound(int K, double alpha, double abs_sum, double beta, double c_old,
+                               double bias, Activation act, DType out, double exact_result) {
+  // The accumulation: u_acc = 2 * 2^-24, not 2^-24, because the tensor cores' FP32 adder is not
+  // IEEE round-to-nearest: Fasi, Higham, Mikaitis, Pranesh, "Numerical behavior of NVIDIA tensor
+  // cores" (PeerJ CS 2021) measured truncation (round toward zero), whose error is up to 1 ulp.
+  const double u_acc = 2.0 * kFp32U;
+  double err = (K + 3) * u_acc *
+               (std::fabs(alpha) * abs_sum + (beta != 0.0 ? std::fabs(beta * c_old) : 0.0) +
+                std::fabs(bias));
+  if (act == Activation::gelu) err = 1.13 * err + 8.0 * kFp32U * (std::fabs(exact_result) + 1.0);
+  const double mag = std::fabs(exact_result) + err;
+  if (out == DType::f16) err += mag / 2048.0 + std::ldexp(1.0, -25);
+  if (out == DType::bf16) err += mag / 256.0 + std::ldexp(1.0, -134);
+  return err;
+}
+
+}  // namespace lesson10
+
+#ifndef LESSON_EXERCISE_BUILD
+#include "solutions.cuh"
+#endif

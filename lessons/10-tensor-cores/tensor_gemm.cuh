@@ -1,0 +1,336 @@
+// Lesson 10: tensor-core GEMM in FP16 and BF16, from WMMA to Hopper's TMA + wgmma.
+//
+// Every version computes, row-major, with FP32 accumulation:
+//
+//     C = act(alpha * A * B + beta * C + bias)     A: M x K, B: K x N (FP16 or BF16), C: M x N
+//
+// C is FP32 or the inputs' type (FP16 / BF16); bias (N floats, may be null) and act apply only
+// where a launcher takes them. The versions (README.md has the numbers each one moves):
+//
+//   v1_wmma        nvcuda::wmma 16x16x16 fragments, a 128x128 block tile staged through padded
+//                  shared memory with plain loads: lesson 07's API in the deployment precision
+//   v2_mma_ldmatrix  the PTX instruction WMMA hides, mma.sync.m16n8k16, its fragments loaded by
+//                  ldmatrix (four 8x8 matrices per instruction); shared-memory rows padded by 16
+//                  bytes so ldmatrix's eight row addresses fall in eight different bank groups
+//   v3_swizzle     the same kernel with unpadded shared memory and an XOR swizzle of 16-byte
+//                  chunks (swizzle_chunk below): conflict-free without wasting the padding
+//   v4_pipeline    v3 + a 4-stage cp.async pipeline (loads of tile t+3 in flight while tile t is
+//                  multiplied), 128x128x32 block tile, 8 warps of 64x32: the Ampere-style kernel
+//   v5_wgmma       Hopper (sm_90a only): TMA (cp.async.bulk.tensor) fills a 4-stage ring of
+//                  128B-swizzled tiles, completing on mbarriers; one producer warp group issues
+//                  TMA, two consumer warp groups issue wgmma.m64n128k16 from shared memory
+//
+// Conventions of every launcher:
+//  - Dense row-major device arrays. Any M, N, K >= 0; tiles at the edges are zero-filled.
+//  - M == 0 or N == 0: nothing to do (pointers may be null). K == 0: C = act(beta*C + bias).
+//  - beta == 0: C is not read (may hold NaN), as in BLAS.
+//  - Alignment: v1 has none. v2..v5 load 16-byte chunks (cp.async / TMA), so they need
+//    K % 8 == 0, N % 8 == 0 and A, B 16-byte aligned; otherwise std::invalid_argument saying so.
+//  - Errors: std::invalid_argument for a negative size, a null pointer that is used, more than
+//    INT_MAX elements in a matrix, an unknown version, the alignment above, or bias/act given to
+//    v1; NotSupported (a std::runtime_error) for a version this GPU or this build lacks
+//    (v2..v4 need compute capability 8.0 and a build for compute_80+; v5 needs exactly 9.0);
+//    course::CudaError for a failed launch. Launches are asynchronous on `stream`.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime_api.h>
+#include <math.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace lesson10 {
+
+enum class Activation : int { none = 0, relu = 1, gelu = 2 };
+const char* to_string(Activation act);
+
+__host__ __device__ inline int ceil_div(int a, int b) {
+  return a / b + (a % b != 0 ? 1 : 0);
+}
+
+// GELU, tanh form (what most deployed transformers use): 0.5 x (1 + tanh(sqrt(2/pi)(x + 0.044715
+// x^3)))
+__host__ __device__ inline float gelu(float x) {
+  const float k = 0.7978845608028654f;  // sqrt(2 / pi)
+  return 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x)));
+}
+
+__host__ __device__ inline float activate(float x, Activation act) {
+  switch (act) {
+    case Activation::relu:
+      return x > 0.0f ? x : 0.0f;
+    case Activation::gelu:
+      return gelu(x);
+    default:
+      return x;
+  }
+}
+
+// ---------------------------------------------------------------- fragment layouts (CPU-tested)
+//
+// mma.sync.aligned.m16n8k16.row.col.f32.{f16,bf16}.{f16,bf16}.f32 (PTX ISA, "Matrix Fragments for
+// mma.m16n8k16 with floating point type"). In a warp, lane = 4 * group + t (group = lane / 4,
+// t = lane % 4). Each lane holds 8 elements of A (4 registers of 2 halves), 4 of B (2 registers)
+// and 4 floats of C/D. Element index i counts the lane's halves/floats in register order.
+struct RowCol {
+  int row, col;
+};
+// A (16 x 16, row-major fragment): i = 0..7.
+//   row = group + 8 for i in {2,3,6,7}, else group;  col = 2t + (i & 1) + 8 for i >= 4.
+__host__ __device__ inline RowCol mma_a_element(int lane, int i) {
+  const int group = lane >> 2, t = lane & 3;
+  return {group + ((i >> 1) & 1) * 8, 2 * t + (i & 1) + (i >> 2) * 8};
+}
+// B (16 x 8, "col": K down the rows, N across): i = 0..3. row (k) = 2t + (i & 1) + 8 for i >= 2;
+// col (n) = group.
+__host__ __device__ inline RowCol mma_b_element(int lane, int i) {
+  const int group = lane >> 2, t = lane & 3;
+  return {2 * t + (i & 1) + (i >> 1) * 8, group};
+}
+// C / D (16 x 8): i = 0..3. row = group + 8 for i >= 2; col = 2t + (i & 1).
+__host__ __device__ inline RowCol mma_c_element(int lane, int i) {
+  const int group = lane >> 2, t = lane & 3;
+  return {group + (i >> 1) * 8, 2 * t + (i & 1)};
+}
+
+// ldmatrix.sync.aligned.m8n8.x4.b16: lanes 8j..8j+7 give the addresses of the 8 rows of matrix
+// j; lane l then holds, in register j, row l/4 and columns 2(l%4), 2(l%4)+1 of matrix j (with
+// .trans: column l/4 and rows 2(l%4), 2(l%4)+1). For A's 16x16 fragment, lane l points at row
+// l % 16, column 8 * (l / 16) of the tile: matrices 0..3 are then the quadrants (rows 0-7,
+// cols 0-7), (8-15, 0-7), (0-7, 8-15), (8-15, 8-15), exactly registers a0..a3 of mma_a_element.
+__host__ __device__ inline RowCol ldmatrix_a_address(int lane) {
+  return {lane & 15, (lane >> 4) * 8};
+}
+// For B stored row-major (k rows, n contiguous) and read with .trans: lane l points at k row
+// l % 16 and column 8 * (l / 16) of a 16 (k) x 16 (n) block: registers 0,1 are b0,b1 of the
+// n-block 0..7, registers 2,3 those of n-block 8..15.
+__host__ __device__ inline RowCol ldmatrix_b_trans_address(int lane) {
+  return {lane & 15, (lane >> 4) * 8};
+}
+// What lane `lane` holds in register `reg` (0..3), half `h` (0/1) after ldmatrix.x4 whose
+// matrix j starts at (row0[j], col0[j]) of the tile: without .trans row0 + lane/4, col0 +
+// 2(lane%4)+h; with .trans row0 + 2(lane%4)+h, col0 + lane/4. (The tests compose this with the
+// addresses above and check it against mma_a_element / mma_b_element.)
+__host__ __device__ inline RowCol ldmatrix_element(int lane, int h, RowCol matrix_origin,
+                                                   bool trans) {
+  if (!trans) return {matrix_origin.row + (lane >> 2), matrix_origin.col + 2 * (lane & 3) + h};
+  return {matrix_origin.row + 2 * (lane & 3) + h, matrix_origin.col + (lane >> 2)};
+}
+
+// ---------------------------------------------------------------- shared-memory swizzle
+// (CPU-tested)
+//
+// Shared memory has 32 banks of 4 bytes: one 128-byte line. ldmatrix reads, per phase, eight rows
+// of 16 bytes (one "chunk" per row); they are conflict-free exactly when the eight chunks lie in
+// eight different 16-byte bank groups (address / 16 mod 8). A tile row of `chunks_per_row`
+// 16-byte chunks (4 = 32 halves, 8 = 64, 16 = 128 halves) is stored with its chunk c at physical
+// chunk c ^ x, where x = (row / rows_per_line) mod min(chunks_per_row, 8) and rows_per_line =
+// max(1, 8 / chunks_per_row): eight consecutive rows at the same logical chunk land in eight
+// different bank groups, and within a row the map is a permutation (a bijection of the tile).
+// chunks_per_row must be a power of two >= 4 (not checked here; the kernels' constants are).
+__host__ __device__ inline int swizzle_chunk(int row, int chunk, int chunks_per_row) {
+  const int rows_per_line = chunks_per_row >= 8 ? 1 : 8 / chunks_per_row;
+  const int width = chunks_per_row >= 8 ? 8 : chunks_per_row;
+  return chunk ^ ((row / rows_per_line) & (width - 1));
+}
+// Offset in halves of element (row, col) of a tile of `row_halves` halves per row, swizzled.
+__host__ __device__ inline int swizzled_offset(int row, int col, int row_halves) {
+  const int cpr = row_halves / 8;
+  return row * row_halves + swizzle_chunk(row, col / 8, cpr) * 8 + col % 8;
+}
+// The padded alternative (v2): rows of row_halves + 8 halves (16 bytes of padding).
+__host__ __device__ inline int padded_offset(int row, int col, int row_halves) {
+  return row * (row_halves + 8) + col;
+}
+// The 16-byte bank group (0..7) of a byte offset in shared memory.
+__host__ __device__ inline int bank_group(int byte_offset) {
+  return (byte_offset / 16) % 8;
+}
+
+// ---------------------------------------------------------------- the pipeline (CPU-tested)
+//
+// A `stages`-deep ring of shared-memory buffers over the K tiles 0..tiles-1. Prologue: tiles
+// 0..stages-2 are issued into stages 0..stages-2. Iteration t: wait until tile t has landed
+// (cp.async.wait_group stages-2), barrier, issue tile t + stages - 1 (if it exists) into its
+// stage, multiply tile t from its stage. The stage written at iteration t is the one read at
+// iteration t-1, which the barrier of iteration t has closed for every warp.
+__host__ __device__ inline int pipeline_stage(int tile, int stages) {
+  return tile % stages;
+}
+// The tile issued at iteration t, or -1 when it is past the last tile.
+__host__ __device__ inline int pipeline_tile_issued(int iteration, int stages, int tiles) {
+  const int tile = iteration + stages - 1;
+  return tile < tiles ? tile : -1;
+}
+// Hopper's mbarrier ring (v5): the phase bit a waiter expects for the k-th use of a stage, which
+// flips every time the ring wraps: (tile / stages) & 1.
+__host__ __device__ inline int pipeline_phase(int tile, int stages) {
+  return (tile / stages) & 1;
+}
+
+// ---------------------------------------------------------------- the launchers
+
+// A version the GPU or the build lacks: report "not supported on this GPU", not a failure.
+class NotSupported : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+enum class DType : int { f32 = 0, f16 = 1, bf16 = 2 };
+const char* to_string(DType t);
+template <class T>
+constexpr DType dtype_of();
+template <>
+constexpr DType dtype_of<float>() {
+  return DType::f32;
+}
+template <>
+constexpr DType dtype_of<__half>() {
+  return DType::f16;
+}
+template <>
+constexpr DType dtype_of<__nv_bfloat16>() {
+  return DType::bf16;
+}
+
+// One call of any version. In: __half or __nv_bfloat16; Out: float or In (instantiated for
+// those four pairs). bias: N floats on the device or null; act: none unless v2..v5.
+template <class In, class Out>
+void tensor_gemm(int version, int M, int N, int K, float alpha, const In* A, const In* B,
+                 float beta, Out* C, const float* bias = nullptr, Activation act = Activation::none,
+                 cudaStream_t stream = nullptr);
+
+// v4's block tile. 128x128 (4 stages, 64 KiB of shared memory, 64x32 per warp) is the default;
+// 128x256 (3 stages, 72 KiB, 64x64 per warp: twice the MMAs per ldmatrix of A) is the CUTLASS
+// Ampere default, timed beside it by the benchmark so the default can be chosen per GPU.
+enum class V4Tile : int { t128x128_s4 = 0, t128x256_s3 = 1 };
+constexpr V4Tile kDefaultV4Tile = V4Tile::t128x128_s4;
+// v4 with the given tile; same conventions and errors as tensor_gemm(4, ...).
+template <class In, class Out>
+void gemm_v4_tile(V4Tile tile, int M, int N, int K, float alpha, const In* A, const In* B,
+                  float beta, Out* C, const float* bias = nullptr,
+                  Activation act = Activation::none, cudaStream_t stream = nullptr);
+
+struct VersionInfo {
+  int number;        // 1..5, what --version takes
+  const char* name;  // "v4_pipeline"
+  const char* idea;  // one line
+};
+const std::vector<VersionInfo>& versions();
+const VersionInfo& version_info(int number);  // throws std::invalid_argument if unknown
+constexpr int kBestAmpereVersion = 4;
+constexpr int kHopperVersion = 5;
+
+// Whether `version` can run with inputs of type `in` on the current device and this build, and if
+// not, why (for the message "not supported on this GPU: <why>"). Throws CudaError if there is no
+// device.
+bool version_supported(int version, DType in, std::string* why_not = nullptr);
+
+// Throws std::invalid_argument (naming `who`) for the conventions above; returns false when
+// there is nothing to compute. `aligned16` asks for the v2..v5 alignment.
+bool check_tensor_gemm_args(const char* who, int M, int N, int K, const void* A, const void* B,
+                            const void* C, bool aligned16);
+
+// v5 lives in tensor_gemm_sm90.cu, compiled only for sm_90a (a separate library); this is its
+// entry, which tensor_gemm(5, ...) calls after the checks. Defined for the same four pairs.
+template <class In, class Out>
+void gemm_v5_wgmma(int M, int N, int K, float alpha, const In* A, const In* B, float beta, Out* C,
+                   const float* bias, Activation act, cudaStream_t stream);
+// Whether the sm_90a library holds real code (false if nvcc could not build it).
+bool sm90_kernels_built();
+
+// ---------------------------------------------------------------- peak and baselines
+
+// Dense FP16 tensor-core FLOP per clock per SM (FP32 accumulate), by architecture, from NVIDIA's
+// architecture whitepapers (Volta V100, Turing, A100, GA102, Ada, H100): 7.0: 1024; 7.5: 512;
+// 8.0: 2048; 8.6 / 8.7 / 8.9: 512 (GeForce/RTX parts run FP32-accumulate at half rate; 1024 is
+// the FP16-accumulate rate); 9.0: 4096 (H100 SXM: 989 TFLOP/s = 132 SMs x 4096 x 1.83 GHz).
+// Throws std::invalid_argument for an architecture it does not know.
+int fp16_flops_per_clock_per_sm(int cc_major, int cc_minor);
+struct TensorPeak {
+  int sm_count = 0, clock_khz = 0, flops_per_clock_per_sm = 0;
+  double tflops = 0.0;  // sm_count * flops_per_clock_per_sm * clock (the MAXIMUM boost clock)
+};
+TensorPeak tensor_peak(int device);
+
+inline double gemm_flops(int M, int N, int K) {
+  return 2.0 * M * N * K;
+}
+
+// Move-only owners of a cuBLAS and a cuBLASLt handle; throw std::runtime_error if creation fails.
+class Blas {
+ public:
+  Blas();
+  ~Blas();
+  Blas(const Blas&) = delete;
+  Blas& operator=(const Blas&) = delete;
+  void* cublas() const { return cublas_; }  // cublasHandle_t
+  void* lt() const { return lt_; }          // cublasLtHandle_t
+  void* workspace() const { return workspace_; }
+  std::size_t workspace_bytes() const { return workspace_bytes_; }
+
+ private:
+  void* cublas_ = nullptr;
+  void* lt_ = nullptr;
+  void* workspace_ = nullptr;
+  std::size_t workspace_bytes_ = 32u << 20;
+};
+
+// Row-major C = alpha A B + beta C with cublasGemmEx, CUBLAS_COMPUTE_32F (the row-major identity
+// C^T = B^T A^T: cuBLAS gets B first, then A, leading dimensions N, K, N). Same types as above.
+template <class In, class Out>
+void cublas_gemm(const Blas& blas, int M, int N, int K, float alpha, const In* A, const In* B,
+                 float beta, Out* C, cudaStream_t stream = nullptr);
+// The same with cuBLASLt and its fused epilogue: C = act(alpha A B + beta C + bias), act none,
+// relu or gelu (CUBLASLT_EPILOGUE_{DEFAULT,RELU_BIAS,GELU_BIAS}, or without _BIAS when bias is
+// null). cuBLASLt's GELU is the tanh approximation, as ours.
+template <class In, class Out>
+void cublaslt_gemm(const Blas& blas, int M, int N, int K, float alpha, const In* A, const In* B,
+                   float beta, Out* C, const float* bias, Activation act,
+                   cudaStream_t stream = nullptr);
+
+// ---------------------------------------------------------------- test data and the CPU oracle
+
+// n values uniform in [lo, hi) rounded to T, from a hash of (seed, index); device memory.
+template <class T>
+void fill_uniform(T* data, std::size_t n, std::uint64_t seed, float lo, float hi,
+                  cudaStream_t stream = nullptr);
+
+// The FP64 reference of one element from the SAME rounded inputs (given as floats: FP16/BF16
+// values are exact in FP32): ref = act(alpha * sum_k a b + beta * c + bias); *abs_sum = sum|a b|.
+double reference_element(int N, int K, const float* A, const float* B, int m, int n,
+                         double* abs_sum);
+
+// The bound on |computed - exact| for one element, before the output is rounded:
+//   every product a*b of two FP16/BF16 values is EXACT in FP32 (11- or 8-bit significands
+//   multiply into at most 22 bits < 24), so only the K additions of the FP32 accumulation round,
+//   plus alpha, beta*c and the bias: |err| <= (K + 3) u (|alpha| sum|a b| + |beta c| + |bias|),
+//   u = 2^-24 (gamma_n bound, Higham, "Accuracy and Stability of Numerical Algorithms", 3.1).
+// Rounding the result to FP16 / BF16 adds u_out |result| (u_out = 2^-11 / 2^-8) and, for FP16,
+// half of the smallest subnormal step (2^-25) for results below 2^-14.
+// GELU/ReLU are 1.13-/1-Lipschitz, and tanhf adds a few ulp: activation error added on top.
+double tensor_gemm_error_bound(int K, double alpha, double abs_sum, double beta, double c_old,
+                               double bias, Activation act, DType out, double exact_result);
+constexpr double kFp32U = 1.0 / (1 << 24);
+
+// ---------------------------------------------------------------- exercises (exercise.cu)
+//
+// Exercise 1: the C/D fragment of mma.m16n8k16 (the row and column of accumulator element i of
+//   lane `lane`), as mma_c_element above, written by you: used by the tests to place every
+//   value of a warp's accumulators.
+RowCol ex_mma_c_element(int lane, int i);
+// Exercise 2: the XOR swizzle for tiles of 8 chunks (64 halves) per row: physical chunk of
+//   logical chunk `chunk` in row `row`. Must be a bijection within each row and put 8
+//   consecutive rows' same logical chunk into 8 different bank groups.
+int ex_swizzle_chunk_8(int row, int chunk);
+// Exercise 3: the pipeline bookkeeping of a `stages`-deep ring over `tiles` K tiles: the stage
+//   of `tile`, and the tile issued at `iteration` (-1 if none), as described above.
+int ex_pipeline_stage(int tile, int stages);
+int ex_pipeline_tile_issued(int iteration, int stages, int tiles);
+
+}  // namespace lesson10

@@ -1,0 +1,576 @@
+// Lesson 10 tests.
+//
+// CPU (no GPU needed): the index maps the kernels are built on, checked against the PTX ISA's
+// fragment tables and against properties (every element of a fragment owned by exactly one
+// (lane, register); ldmatrix's addresses composed with its delivery rule give mma's fragments;
+// the swizzle is a bijection and bank-conflict free for ldmatrix reads and cp.async writes while
+// the unpadded layout is not; no pipeline stage is written while it may be read); the FP16
+// peak table against datasheet figures; argument checks.
+//
+// GPU ([gpu], [vN] per version): every element of each version against an FP64 CPU reference
+// computed from the same FP16/BF16 inputs, within tensor_gemm_error_bound (tensor_gemm.cuh
+// states the derivation: products exact in FP32, K + 3 FP32 roundings of at most 2^-23 relative
+// (truncating adder), then the output rounding 2^-11 (FP16) or 2^-8 (BF16) relative); odd M,
+// K and N tails off the 128-wide tiles; beta == 0 with C full of NaN; the fused epilogue; the
+// cuBLAS and cuBLASLt baselines against the same reference; one 1024-sized product per version
+// against cuBLAS.
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "common/cuda_check.hpp"
+#include "common/memory.hpp"
+#include "common/testing.hpp"
+#include "tensor_gemm.cuh"
+
+using course::testing::Contains;
+using namespace lesson10;
+
+namespace {
+
+// ---------------------------------------------------------------- CPU: fragments
+
+// The C/D table of the PTX ISA ("Matrix Fragments for mma.m16n8k16 with floating point type"),
+// written out for three lanes, independently of the code under test.
+void check_c_fragment(RowCol (*f)(int, int)) {
+  const RowCol lane0[4] = {{0, 0}, {0, 1}, {8, 0}, {8, 1}};
+  const RowCol lane5[4] = {{1, 2}, {1, 3}, {9, 2}, {9, 3}};
+  const RowCol lane31[4] = {{7, 6}, {7, 7}, {15, 6}, {15, 7}};
+  for (int i = 0; i < 4; ++i) {
+    CHECK(f(0, i).row == lane0[i].row);
+    CHECK(f(0, i).col == lane0[i].col);
+    CHECK(f(5, i).row == lane5[i].row);
+    CHECK(f(5, i).col == lane5[i].col);
+    CHECK(f(31, i).row == lane31[i].row);
+    CHECK(f(31, i).col == lane31[i].col);
+  }
+  std::set<int> seen;
+  for (int lane = 0; lane < 32; ++lane)
+    for (int i = 0; i < 4; ++i) {
+      const RowCol rc = f(lane, i);
+      REQUIRE(rc.row >= 0);
+      REQUIRE(rc.row < 16);
+      REQUIRE(rc.col >= 0);
+      REQUIRE(rc.col < 8);
+      seen.insert(rc.row * 8 + rc.col);
+    }
+  CHECK(seen.size() == 128);  // 32 lanes x 4 = 16 x 8: each element exactly once
+}
+
+}  // namespace
+
+TEST_CASE("mma.m16n8k16 C fragment matches the PTX ISA table and covers 16x8 once", "[cpu]") {
+  check_c_fragment(mma_c_element);
+}
+
+TEST_CASE("exercise 1: the C fragment of mma.m16n8k16", "[cpu][ex1]") {
+  check_c_fragment(ex_mma_c_element);
+}
+
+TEST_CASE("mma.m16n8k16 A and B fragments: PTX ISA samples, each element once", "[cpu]") {
+  // a0..a7 of lane 6 (group 1, t 2): rows 1, 1, 9, 9, 1, 1, 9, 9; cols 4, 5, 4, 5, 12, 13, 12, 13.
+  const int arow[8] = {1, 1, 9, 9, 1, 1, 9, 9}, acol[8] = {4, 5, 4, 5, 12, 13, 12, 13};
+  for (int i = 0; i < 8; ++i) {
+    CHECK(mma_a_element(6, i).row == arow[i]);
+    CHECK(mma_a_element(6, i).col == acol[i]);
+  }
+  // b0..b3 of lane 6: k rows 4, 5, 12, 13; column (n) 1.
+  const int brow[4] = {4, 5, 12, 13};
+  for (int i = 0; i < 4; ++i) {
+    CHECK(mma_b_element(6, i).row == brow[i]);
+    CHECK(mma_b_element(6, i).col == 1);
+  }
+  std::set<int> a, b;
+  for (int lane = 0; lane < 32; ++lane) {
+    for (int i = 0; i < 8; ++i)
+      a.insert(mma_a_element(lane, i).row * 16 + mma_a_element(lane, i).col);
+    for (int i = 0; i < 4; ++i)
+      b.insert(mma_b_element(lane, i).row * 8 + mma_b_element(lane, i).col);
+  }
+  CHECK(a.size() == 256);
+  CHECK(b.size() == 128);
+}
+
+TEST_CASE("ldmatrix.x4 at the kernels' addresses delivers exactly mma's A and B fragments",
+          "[cpu]") {
+  // Matrix j's rows are given by lanes 8j..8j+7: consecutive rows from the origin at lane 8j.
+  for (int j = 0; j < 4; ++j) {
+    const RowCol oa = ldmatrix_a_address(8 * j), ob = ldmatrix_b_trans_address(8 * j);
+    for (int r = 0; r < 8; ++r) {
+      CHECK(ldmatrix_a_address(8 * j + r).row == oa.row + r);
+      CHECK(ldmatrix_a_address(8 * j + r).col == oa.col);
+      CHECK(ldmatrix_b_trans_address(8 * j + r).row == ob.row + r);
+      CHECK(ldmatrix_b_trans_address(8 * j + r).col == ob.col);
+    }
+  }
+  for (int lane = 0; lane < 32; ++lane)
+    for (int j = 0; j < 4; ++j)
+      for (int h = 0; h < 2; ++h) {
+        // A: register j, half h is a_{2j+h}.
+        const RowCol got = ldmatrix_element(lane, h, ldmatrix_a_address(8 * j), false);
+        const RowCol want = mma_a_element(lane, 2 * j + h);
+        CHECK(got.row == want.row);
+        CHECK(got.col == want.col);
+        // B (.trans): register j is b_{j%2} of the n-block j/2 (columns 8 * (j/2) ..).
+        const RowCol gb = ldmatrix_element(lane, h, ldmatrix_b_trans_address(8 * j), true);
+        const RowCol wb = mma_b_element(lane, 2 * (j % 2) + h);
+        CHECK(gb.row == wb.row);
+        CHECK(gb.col == wb.col + 8 * (j / 2));
+      }
+}
+
+// ---------------------------------------------------------------- CPU: swizzle and banks
+
+namespace {
+// How many 16-byte transactions one phase of 8 16-byte accesses needs: the most accesses that
+// share a bank group (1 = conflict-free, 8 = fully serialised).
+int phase_ways(const std::vector<int>& byte_offsets) {
+  int count[8] = {0};
+  for (int off : byte_offsets) ++count[bank_group(off)];
+  return *std::max_element(count, count + 8);
+}
+
+// Worst ldmatrix phase over a rows x (row_halves) tile: 8 consecutive rows (aligned to 8) at the
+// same logical 16-byte chunk, with `offset(row, col)` in halves.
+template <class F>
+int worst_ldmatrix_ways(int rows, int row_halves, F offset) {
+  int worst = 0;
+  for (int r0 = 0; r0 < rows; r0 += 8)
+    for (int c = 0; c < row_halves / 8; ++c) {
+      std::vector<int> offs;
+      for (int r = 0; r < 8; ++r) offs.push_back(2 * offset(r0 + r, 8 * c));
+      worst = std::max(worst, phase_ways(offs));
+    }
+  return worst;
+}
+
+// Worst cp.async write phase: 8 consecutive chunk indices of the tile in row-major order.
+template <class F>
+int worst_store_ways(int rows, int row_halves, F offset) {
+  const int cpr = row_halves / 8;
+  int worst = 0;
+  for (int q0 = 0; q0 < rows * cpr; q0 += 8) {
+    std::vector<int> offs;
+    for (int q = q0; q < q0 + 8; ++q) offs.push_back(2 * offset(q / cpr, 8 * (q % cpr)));
+    worst = std::max(worst, phase_ways(offs));
+  }
+  return worst;
+}
+}  // namespace
+
+TEST_CASE("the XOR swizzle is a bijection of each row and conflict-free; plain rows are not",
+          "[cpu]") {
+  for (const int row_halves : {32, 64, 128}) {
+    const int cpr = row_halves / 8;
+    INFO("row of " << row_halves << " halves");
+    for (int r = 0; r < 64; ++r) {
+      std::set<int> phys;
+      for (int c = 0; c < cpr; ++c) {
+        const int p = swizzle_chunk(r, c, cpr);
+        REQUIRE(p >= 0);
+        REQUIRE(p < cpr);
+        phys.insert(p);
+      }
+      CHECK(phys.size() == static_cast<std::size_t>(cpr));
+    }
+    const auto swz = [&](int r, int c) { return swizzled_offset(r, c, row_halves); };
+    const auto pad = [&](int r, int c) { return padded_offset(r, c, row_halves); };
+    const auto plain = [&](int r, int c) { return r * row_halves + c; };
+    CHECK(worst_ldmatrix_ways(64, row_halves, swz) == 1);
+    CHECK(worst_store_ways(64, row_halves, swz) == 1);
+    CHECK(worst_ldmatrix_ways(64, row_halves, pad) == 1);
+    // Unpadded, unswizzled: 8 rows of 64 bytes share 2 lines (4-way); of 128+ bytes, one (8-way).
+    CHECK(worst_ldmatrix_ways(64, row_halves, plain) == (row_halves == 32 ? 4 : 8));
+  }
+}
+
+TEST_CASE("exercise 2: the 8-chunk XOR swizzle is a bijection and conflict-free", "[cpu][ex2]") {
+  for (int r = 0; r < 64; ++r) {
+    std::set<int> phys;
+    for (int c = 0; c < 8; ++c) {
+      const int p = ex_swizzle_chunk_8(r, c);
+      REQUIRE(p >= 0);
+      REQUIRE(p < 8);
+      phys.insert(p);
+    }
+    CHECK(phys.size() == 8);
+  }
+  const auto off = [](int r, int c) { return r * 64 + ex_swizzle_chunk_8(r, c / 8) * 8 + c % 8; };
+  CHECK(worst_ldmatrix_ways(64, 64, off) == 1);
+  CHECK(worst_store_ways(64, 64, off) == 1);
+  // TMA's CU_TENSOR_MAP_SWIZZLE_128B is this pattern (CUDA Programming Guide, TMA swizzle): chunk
+  // c of row r sits at c ^ (r % 8); v5 relies on it through swizzle_chunk.
+  for (int r = 0; r < 16; ++r)
+    for (int c = 0; c < 8; ++c) CHECK(ex_swizzle_chunk_8(r, c) == swizzle_chunk(r, c, 8));
+}
+
+// ---------------------------------------------------------------- CPU: the pipeline
+
+namespace {
+// Simulates the ring of tensor_gemm.cuh: per iteration, the stage read and the stage written.
+// Checks: every tile is issued exactly once, before it is read, into the stage it is read from;
+// no stage is written in the iteration that reads it or while a tile issued into it is unread;
+// and at iteration t at most stages-2 groups committed after tile t's (so wait_group stages-2
+// guarantees tile t).
+void check_pipeline(int (*stage)(int, int), int (*issued)(int, int, int)) {
+  for (int stages = 2; stages <= 5; ++stages)
+    for (int tiles = 1; tiles <= 17; ++tiles) {
+      INFO("stages " << stages << ", tiles " << tiles);
+      std::vector<int> holds(stages, -1);  // the tile each stage holds (-1: none)
+      std::vector<int> issue_group(tiles, -1);
+      int groups = 0;
+      for (int s = 0; s < stages - 1; ++s) {
+        if (s < tiles) {
+          holds[stage(s, stages)] = s;
+          issue_group[s] = groups;
+        }
+        ++groups;
+      }
+      for (int t = 0; t < tiles; ++t) {
+        REQUIRE(issue_group[t] >= 0);
+        CHECK(groups - 1 - issue_group[t] <= stages - 2);
+        const int read = stage(t, stages);
+        CHECK(holds[read] == t);
+        const int next = issued(t, stages, tiles);
+        if (t + stages - 1 < tiles) {
+          CHECK(next == t + stages - 1);
+        } else {
+          CHECK(next == -1);
+        }
+        if (next >= 0) {
+          const int w = stage(next, stages);
+          CHECK(w != read);
+          // The stage overwritten holds tile t-1 (already consumed) or nothing.
+          CHECK((holds[w] == -1 || holds[w] < t));
+          REQUIRE(issue_group[next] == -1);
+          holds[w] = next;
+          issue_group[next] = groups;
+        }
+        ++groups;
+      }
+    }
+}
+}  // namespace
+
+TEST_CASE("the cp.async ring never overwrites a stage that may still be read", "[cpu]") {
+  check_pipeline(pipeline_stage, pipeline_tile_issued);
+}
+
+TEST_CASE("exercise 3: the pipeline's stage and issue indices", "[cpu][ex3]") {
+  check_pipeline(ex_pipeline_stage, ex_pipeline_tile_issued);
+}
+
+TEST_CASE("mbarrier phases: a stage's k-th completion has parity k % 2", "[cpu]") {
+  for (int stages = 2; stages <= 6; ++stages) {
+    std::vector<int> completions(stages, 0);
+    for (int tile = 0; tile < 40; ++tile) {
+      const int s = pipeline_stage(tile, stages);
+      CHECK(pipeline_phase(tile, stages) == completions[s] % 2);
+      ++completions[s];
+    }
+  }
+}
+
+// ---------------------------------------------------------------- CPU: peak, bound, arguments
+
+TEST_CASE("FP16 tensor peak table reproduces the datasheet figures", "[cpu]") {
+  // H100 SXM5: 132 SMs at 1830 MHz boost, 989.4 dense FP16 TFLOP/s (NVIDIA H100 datasheet).
+  CHECK(132.0 * fp16_flops_per_clock_per_sm(9, 0) * 1.83e9 / 1e12 == Approx(989.4).epsilon(0.002));
+  // A100: 108 SMs at 1410 MHz, 312 TFLOP/s (A100 datasheet).
+  CHECK(108.0 * fp16_flops_per_clock_per_sm(8, 0) * 1.41e9 / 1e12 == Approx(312.0).epsilon(0.003));
+  // V100 SXM2: 80 SMs at 1530 MHz, 125 TFLOP/s.
+  CHECK(80.0 * fp16_flops_per_clock_per_sm(7, 0) * 1.53e9 / 1e12 == Approx(125.0).epsilon(0.005));
+  CHECK_THROWS_AS(fp16_flops_per_clock_per_sm(6, 1), std::invalid_argument);
+}
+
+TEST_CASE("the error bound holds for a simulated FP32 accumulation of FP16 products", "[cpu]") {
+  // Products of FP16 values in FP32 (exact), summed left to right in FP32 with truncation
+  // toward zero (the pessimistic adder), against FP64: always within the bound.
+  std::uint32_t x = 12345;
+  const auto next = [&] {
+    x = x * 1664525u + 1013904223u;
+    return __half2float(__float2half((static_cast<float>(x >> 8) / 16777216.0f) * 2.0f - 1.0f));
+  };
+  for (const int K : {1, 7, 64, 1000, 4096}) {
+    float acc = 0.0f;
+    double exact = 0.0, abs_sum = 0.0;
+    for (int k = 0; k < K; ++k) {
+      const float a = next(), b = next();
+      const double p = static_cast<double>(a) * b;
+      REQUIRE(static_cast<double>(a * b) == p);  // exact in FP32
+      const double s = static_cast<double>(acc) + a * b;
+      float r = static_cast<float>(s);
+      if (std::fabs(static_cast<double>(r)) > std::fabs(s)) r = std::nextafter(r, 0.0f);
+      acc = r;
+      exact += p;
+      abs_sum += std::fabs(p);
+    }
+    CHECK(std::fabs(acc - exact) <= tensor_gemm_error_bound(K, 1.0, abs_sum, 0.0, 0.0, 0.0,
+                                                            Activation::none, DType::f32, exact));
+  }
+}
+
+TEST_CASE("bad arguments throw std::invalid_argument before any CUDA call", "[cpu]") {
+  __half* p = reinterpret_cast<__half*>(std::uintptr_t{256});  // never dereferenced
+  float* c = reinterpret_cast<float*>(std::uintptr_t{256});
+  CHECK_THROWS_WITH(tensor_gemm(4, -1, 8, 8, 1.0f, p, p, 0.0f, c), Contains(">= 0"));
+  CHECK_THROWS_WITH(tensor_gemm(4, 8, 8, 12, 1.0f, p, p, 0.0f, c), Contains("multiples of 8"));
+  CHECK_THROWS_WITH(tensor_gemm(3, 8, 12, 8, 1.0f, p, p, 0.0f, c), Contains("multiples of 8"));
+  CHECK_THROWS_WITH(tensor_gemm(2, 8, 8, 8, 1.0f, p + 1, p, 0.0f, c), Contains("16-byte"));
+  CHECK_THROWS_WITH(tensor_gemm(4, 8, 8, 8, 1.0f, p, p, 0.0f, static_cast<float*>(nullptr)),
+                    Contains("C is null"));
+  CHECK_THROWS_WITH(tensor_gemm(4, 8, 8, 8, 1.0f, static_cast<__half*>(nullptr), p, 0.0f, c),
+                    Contains("null"));
+  CHECK_THROWS_WITH(tensor_gemm(9, 8, 8, 8, 1.0f, p, p, 0.0f, c), Contains("unknown version"));
+  CHECK_THROWS_WITH(tensor_gemm(1, 8, 8, 8, 1.0f, p, p, 0.0f, c, nullptr, Activation::relu),
+                    Contains("v2..v5"));
+  CHECK_THROWS_WITH(
+      tensor_gemm(4, 8, 8, 8, 1.0f, p, p, 0.0f, c, nullptr, static_cast<Activation>(7)),
+      Contains("unknown activation"));
+  CHECK_THROWS_WITH(tensor_gemm(4, 50000, 50000, 8, 1.0f, p, p, 0.0f, c), Contains("INT_MAX"));
+  // M == 0 or N == 0: nothing to do, no pointer read, no CUDA call.
+  CHECK_NOTHROW(tensor_gemm<__half, float>(4, 0, 8, 8, 1.0f, nullptr, nullptr, 0.0f, nullptr));
+}
+
+// ---------------------------------------------------------------- GPU
+
+namespace {
+float to_f(float v) {
+  return v;
+}
+float to_f(__half v) {
+  return __half2float(v);
+}
+float to_f(__nv_bfloat16 v) {
+  return __bfloat162float(v);
+}
+
+template <class T>
+std::vector<float> host_floats(const course::DeviceBuffer<T>& d) {
+  const std::vector<T> h = course::to_host(d);
+  std::vector<float> f(h.size());
+  for (std::size_t i = 0; i < h.size(); ++i) f[i] = to_f(h[i]);
+  return f;
+}
+
+double ref_act(double x, Activation act) {
+  if (act == Activation::relu) return x > 0 ? x : 0;
+  if (act == Activation::gelu)
+    return 0.5 * x * (1.0 + std::tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
+  return x;
+}
+
+// Runs `gemm` on fresh data of shape M x N x K and checks every element against FP64.
+// beta != 0: C starts with values in [-1, 1); beta == 0: C starts as NaN (must not be read).
+// gelu_either: accept GELU's erf form as well as the tanh form (cuBLASLt's documentation does not
+// say which one its GELU epilogue computes; ours is the tanh form).
+template <class In, class Out, class F>
+void check_against_reference(int M, int N, int K, float alpha, float beta, bool with_bias,
+                             Activation act, F&& gemm, bool gelu_either = false) {
+  INFO("M " << M << " N " << N << " K " << K << " alpha " << alpha << " beta " << beta << " bias "
+            << with_bias << " act " << to_string(act) << " in " << to_string(dtype_of<In>())
+            << " out " << to_string(dtype_of<Out>()));
+  const std::size_t an = static_cast<std::size_t>(M) * K, bn = static_cast<std::size_t>(K) * N,
+                    cn = static_cast<std::size_t>(M) * N;
+  course::DeviceBuffer<In> A(an), B(bn);
+  course::DeviceBuffer<Out> C(cn);
+  course::DeviceBuffer<float> bias(N);
+  fill_uniform(A.data(), an, 11, -1.0f, 1.0f);
+  fill_uniform(B.data(), bn, 12, -1.0f, 1.0f);
+  fill_uniform(bias.data(), N, 14, -1.0f, 1.0f);
+  if (beta != 0.0f) {
+    fill_uniform(C.data(), cn, 13, -1.0f, 1.0f);
+  } else {
+    CUDA_CHECK(cudaMemset(C.data(), 0xFF, cn * sizeof(Out)));  // NaN in FP32, FP16 and BF16
+  }
+  CUDA_CHECK(cudaDeviceSynchronize());
+  const std::vector<float> a = host_floats(A), b = host_floats(B), c0 = host_floats(C),
+                           bs = host_floats(bias);
+  gemm(A.data(), B.data(), C.data(), with_bias ? bias.data() : nullptr);
+  CUDA_CHECK(cudaDeviceSynchronize());
+  const std::vector<float> got = host_floats(C);
+  std::size_t bad = 0;
+  double worst = 0.0;
+  for (int m = 0; m < M; ++m)
+    for (int n = 0; n < N; ++n) {
+      double abs_sum = 0.0;
+      const double dot = reference_element(N, K, a.data(), b.data(), m, n, &abs_sum);
+      const std::size_t i = static_cast<std::size_t>(m) * N + n;
+      const double cold = beta != 0.0f ? c0[i] : 0.0;
+      const double bias_n = with_bias ? bs[n] : 0.0;
+      const double exact = ref_act(alpha * dot + beta * cold + bias_n, act);
+      const double tol = tensor_gemm_error_bound(K, alpha, abs_sum, beta, cold, bias_n, act,
+                                                 dtype_of<Out>(), exact);
+      double err = std::fabs(got[i] - exact);
+      if (gelu_either && act == Activation::gelu) {
+        const double x = alpha * dot + beta * cold + bias_n;
+        const double erf_form = 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0)));
+        err = std::min(err, std::fabs(got[i] - erf_form));
+      }
+      if (!(err <= tol)) {
+        if (bad < 5)
+          UNSCOPED_INFO("C[" << m << "][" << n << "] = " << got[i] << ", exact " << exact);
+        ++bad;
+      }
+      worst = std::max(worst, tol > 0 ? err / tol : err);
+    }
+  INFO("worst error / bound " << worst);
+  CHECK(bad == 0);
+}
+
+struct Case {
+  int M, N, K;
+};
+// Off the 128x128 tile grid and the K tiles (32 / 64): tails everywhere; sizes multiples of 8
+// where v2..v5 need it.
+const std::vector<Case> kAlignedCases = {{8, 8, 8}, {1, 8, 16}, {129, 136, 72}, {200, 264, 520}};
+const std::vector<Case> kAnyCases = {{1, 1, 1}, {127, 129, 65}, {130, 70, 33}, {64, 200, 300}};
+
+// Skips (with a note) a version the GPU or the build lacks: "not supported", never a failure.
+bool supported(int version, DType in) {
+  std::string why;
+  if (version_supported(version, in, &why)) return true;
+  WARN("v" << version << " " << to_string(in) << " not supported on this GPU: " << why);
+  return false;
+}
+
+template <class In, class Out>
+void check_version(int version) {
+  if (!supported(version, dtype_of<In>())) return;
+  const auto run = [&](int M, int N, int K, float alpha, float beta, bool bias, Activation act) {
+    check_against_reference<In, Out>(M, N, K, alpha, beta, bias, act,
+                                     [&](const In* A, const In* B, Out* C, const float* b) {
+                                       tensor_gemm(version, M, N, K, alpha, A, B, beta, C, b, act);
+                                     });
+  };
+  for (const Case& c : version == 1 ? kAnyCases : kAlignedCases) {
+    run(c.M, c.N, c.K, 1.0f, 0.0f, false, Activation::none);
+    run(c.M, c.N, c.K, 1.5f, -0.5f, false, Activation::none);
+  }
+  if (version >= 2) {
+    run(129, 136, 72, 1.0f, 0.5f, true, Activation::relu);
+    run(129, 136, 72, 1.0f, 0.0f, true, Activation::gelu);
+    run(70, 8, 8, 1.0f, 0.0f, false, Activation::gelu);
+  }
+  run(130, 72, 0, 1.0f, 0.5f, false, Activation::none);  // K == 0: C = beta * C
+}
+
+template <class In, class Out>
+void check_version_vs_cublas(int version) {
+  if (!supported(version, dtype_of<In>())) return;
+  const int M = 1024, N = 1000, K = 1024;
+  const std::size_t an = std::size_t{1} * M * K, bn = std::size_t{1} * K * N,
+                    cn = std::size_t{1} * M * N;
+  course::DeviceBuffer<In> A(an), B(bn);
+  course::DeviceBuffer<float> C(cn), R(cn);
+  fill_uniform(A.data(), an, 21, -1.0f, 1.0f);
+  fill_uniform(B.data(), bn, 22, -1.0f, 1.0f);
+  Blas blas;
+  tensor_gemm(version, M, N, K, 1.0f, A.data(), B.data(), 0.0f, C.data());
+  cublas_gemm(blas, M, N, K, 1.0f, A.data(), B.data(), 0.0f, R.data());
+  const std::vector<float> got = course::to_host(C), want = course::to_host(R);
+  // sum|a b| <= K (|a|, |b| < 1): both results are within (K + 3) * 2^-23 * K of the exact one.
+  const double tol =
+      2.0 * tensor_gemm_error_bound(K, 1.0, K, 0.0, 0.0, 0.0, Activation::none, DType::f32, 0.0);
+  std::size_t bad = 0;
+  for (std::size_t i = 0; i < cn; ++i)
+    if (!(std::fabs(got[i] - want[i]) <= tol)) ++bad;
+  CHECK(bad == 0);
+}
+}  // namespace
+
+namespace {
+// Every input/output pair of one version, then one 1024-sized FP16 product against cuBLAS.
+void check_all_types(int version) {
+  check_version<__half, float>(version);
+  check_version<__half, __half>(version);
+  check_version<__nv_bfloat16, float>(version);
+  check_version<__nv_bfloat16, __nv_bfloat16>(version);
+  check_version_vs_cublas<__half, float>(version);
+}
+}  // namespace
+
+TEST_CASE("v1 WMMA: every element vs FP64, FP16 and BF16, any shape", "[gpu][v1]") {
+  check_all_types(1);
+}
+TEST_CASE("v2 mma.sync + ldmatrix: every element vs FP64", "[gpu][v2]") {
+  check_all_types(2);
+}
+TEST_CASE("v3 swizzled shared memory: every element vs FP64", "[gpu][v3]") {
+  check_all_types(3);
+}
+TEST_CASE("v4 cp.async pipeline: every element vs FP64", "[gpu][v4]") {
+  check_all_types(4);
+  check_version_vs_cublas<__nv_bfloat16, float>(4);
+}
+
+TEST_CASE("v4 with the 128x256 tile: every element vs FP64", "[gpu][v4]") {
+  if (!supported(4, DType::f16)) return;
+  const auto run = [](int M, int N, int K, float beta, Activation act, auto tag) {
+    using In = decltype(tag);
+    check_against_reference<In, In>(M, N, K, 1.0f, beta, act != Activation::none, act,
+                                    [&](const In* A, const In* B, In* C, const float* bias) {
+                                      gemm_v4_tile(V4Tile::t128x256_s3, M, N, K, 1.0f, A, B, beta,
+                                                   C, bias, act);
+                                    });
+  };
+  for (const Case& c : kAlignedCases) {
+    run(c.M, c.N, c.K, 0.0f, Activation::none, __half{});
+    run(c.M, c.N, c.K, 0.5f, Activation::none, __nv_bfloat16{});
+  }
+  run(129, 264, 72, 0.0f, Activation::gelu, __half{});
+}
+TEST_CASE("v5 TMA + wgmma: every element vs FP64", "[gpu][v5]") {
+  check_all_types(5);
+  check_version_vs_cublas<__nv_bfloat16, float>(5);
+}
+
+TEST_CASE("on compute capability 9.0 every version is supported (an H200 build)", "[gpu][v5]") {
+  int device = 0, major = 0, minor = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+  if (major * 10 + minor != 90) return;
+  for (int v = 1; v <= 5; ++v)
+    for (const DType t : {DType::f16, DType::bf16}) {
+      std::string why;
+      const bool ok = version_supported(v, t, &why);
+      INFO("v" << v << " " << to_string(t) << ": " << why);
+      CHECK(ok);
+    }
+}
+
+TEST_CASE("on other GPUs v5 reports NotSupported, not a crash", "[gpu]") {
+  if (version_supported(5, DType::f16)) return;
+  course::DeviceBuffer<__half> A(64), B(64);
+  course::DeviceBuffer<float> C(64);
+  CHECK_THROWS_AS(tensor_gemm(5, 8, 8, 8, 1.0f, A.data(), B.data(), 0.0f, C.data()), NotSupported);
+}
+
+TEST_CASE("baselines: cublasGemmEx and cuBLASLt (bias + ReLU/GELU) vs FP64", "[gpu][baseline]") {
+  Blas blas;
+  check_against_reference<__half, float>(
+      129, 136, 72, 1.5f, -0.5f, false, Activation::none,
+      [&](const __half* A, const __half* B, float* C, const float*) {
+        cublas_gemm(blas, 129, 136, 72, 1.5f, A, B, -0.5f, C);
+      });
+  check_against_reference<__nv_bfloat16, __nv_bfloat16>(
+      200, 264, 520, 1.0f, 0.0f, false, Activation::none,
+      [&](const __nv_bfloat16* A, const __nv_bfloat16* B, __nv_bfloat16* C, const float*) {
+        cublas_gemm(blas, 200, 264, 520, 1.0f, A, B, 0.0f, C);
+      });
+  for (const Activation act : {Activation::none, Activation::relu, Activation::gelu}) {
+    check_against_reference<__half, __half>(
+        256, 136, 72, 1.0f, 0.0f, true, act,
+        [&](const __half* A, const __half* B, __half* C, const float* bias) {
+          cublaslt_gemm(blas, 256, 136, 72, 1.0f, A, B, 0.0f, C, bias, act);
+        },
+        true);
+  }
+}
