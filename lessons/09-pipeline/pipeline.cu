@@ -265,6 +265,10 @@ bool ColorEngine::enqueue(cudaStream_t stream) {
   if (gemms_ > 0) {
     cublasHandle_t handle = static_cast<cublasHandle_t>(cublas_);
     check_cublas(cublasSetStream(handle, stream), "cublasSetStream");
+    // cublasSetStream puts the handle back on cuBLAS's default workspace pool (cuBLAS
+    // documentation, cublasSetStream): give it ours again, or a graph capture could allocate.
+    check_cublas(cublasSetWorkspace(handle, cublas_workspace_.data(), cublas_workspace_.bytes()),
+                 "cublasSetWorkspace");
     const float one = 1.0f, zero = 0.0f;
     float* a = act0_.data();
     float* c = act1_.data();
@@ -407,9 +411,16 @@ class Worker {
 
   void operator()() noexcept {
     try {
-      stage_ = "setup";
-      setup();
-      if (c_.warmup) warm_up();
+      {
+        // One worker at a time sets up and warms up: constructors that use the legacy stream
+        // (cudaMemset + cudaDeviceSynchronize) never meet another worker's graph capture, and
+        // the warm-up's timings are not disturbed. Serving starts for all at the barrier.
+        static std::mutex setup_mutex;
+        std::lock_guard<std::mutex> one_at_a_time(setup_mutex);
+        stage_ = "setup";
+        setup();
+        if (c_.warmup) warm_up();
+      }
       {
         std::lock_guard<std::mutex> lock(shared_.mutex);
         ++shared_.ready;
@@ -425,6 +436,13 @@ class Worker {
     // destructors of the sets and streams run after this). Errors here were already reported.
     if (compute_) cudaStreamSynchronize(*compute_);
     if (copy_) cudaStreamSynchronize(*copy_);
+    // Free on this thread, whose device is the one they were made on (and where lesson 06's
+    // per-thread table cache lives): buffers and graphs, then the engine, then the streams.
+    sets_.clear();
+    epoch_.reset();
+    engine_.reset();
+    copy_.reset();
+    compute_.reset();
     {
       std::lock_guard<std::mutex> lock(shared_.mutex);
       ++shared_.ready;  // a worker that failed before the barrier must not hold the others
@@ -520,7 +538,14 @@ class Worker {
     for (;;) {
       // Deliver whatever has finished, so that a result does not wait for its set's reuse.
       for (BufferSet& set : sets_) {
-        if (set.busy && cudaEventQuery(*set.done) == cudaSuccess) finish(set);
+        if (!set.busy) continue;
+        const cudaError_t q = cudaEventQuery(*set.done);
+        if (q == cudaSuccess) {
+          finish(set);
+        } else if (q == cudaErrorNotReady && cudaPeekAtLastError() == cudaErrorNotReady) {
+          cudaGetLastError();  // "not ready" is an answer, not an error: do not let a later
+                               // CUDA_CHECK_LAUNCH (cudaGetLastError) report it
+        }
       }
       stage_ = "waiting for frames";
       frame_lo_ = frame_hi_ = -1;
@@ -585,7 +610,7 @@ class Worker {
       }
       set.done->record(*compute_);
     }
-    // Exercise 1: the slots go back to the producer only once the copy engine has read them.
+    // Exercise 3: the slots go back to the producer only once the copy engine has read them.
     stage_ = "slot release";
     if (c_.test_skip_slot_wait) {
       for (int s : slot_ids) ring_.release(s);  // THE RACE, on purpose (tests only)
@@ -700,9 +725,9 @@ RunReport run_pipeline(const PipelineConfig& config, const EngineSpec& engine) {
       }
     }
   };
+  std::vector<std::unique_ptr<Worker>> workers;  // outlive the threads (Joiner below)
   {
     Joiner joiner{threads, ring};
-    std::vector<std::unique_ptr<Worker>> workers;
     for (int w = 0; w < config.workers; ++w) {
       workers.push_back(std::make_unique<Worker>(w, config, engine, ring, slots, shared));
     }

@@ -4,7 +4,7 @@
 //                    colours, whose true boxes are known (the tests' oracle)
 //   SlotRing         the pinned-slot ring's state machine: free -> writing -> filled -> in flight
 //                    -> free, with the back-pressure policy (block / drop oldest) and the
-//                    dynamic batcher's wait (batch_to_take, exercise 3)
+//                    dynamic batcher's wait (batch_to_take, exercise 1)
 //   PipelineConfig   what a run is; validate() throws std::invalid_argument before any thread
 //   LatencySummary   p50/p90/p99/max (nearest rank)
 //   Bound            the slowest stage, from measured per-stage rates, and the % reached
@@ -92,7 +92,7 @@ class SyntheticVideo {
 enum class Backpressure { block, drop_oldest };
 const char* to_string(Backpressure policy);
 
-// EXERCISE 3. The dynamic batcher's decision: how many frames a worker takes now (0: keep
+// EXERCISE 1. The dynamic batcher's decision: how many frames a worker takes now (0: keep
 // waiting). `queued` frames are ready, the oldest has waited `oldest_wait_us`; the worker runs
 // batches of at most `max_batch`, and no frame should wait longer than `max_wait_us` for its
 // batch to fill. `closing`: no more frames will come.
@@ -169,7 +169,7 @@ class SlotRing {
   bool closed_ = false, aborted_ = false;
 };
 
-// EXERCISE 1. The slot-reuse wait. A worker has enqueued the H2D copies of `slots` on a stream
+// EXERCISE 3. The slot-reuse wait. A worker has enqueued the H2D copies of `slots` on a stream
 // and recorded `copied` after them; the producer may overwrite those pinned slots only once the
 // copy engine has read them. Wait for the event (cudaEventSynchronize), then ring.release each
 // slot. Releasing before the wait is the race the tests catch (test_skip_slot_wait). Throws

@@ -10,12 +10,15 @@
 
 namespace lesson09 {
 
-// Exercise 1. The copy engine reads the pinned slot when the stream reaches the copy, which may
-// be long after cudaMemcpyAsync returned (it queues behind the batch before it). Only the event
-// recorded after the copy says the bytes have left the slot.
-void release_after_copy(SlotRing& ring, const std::vector<int>& slots, cudaEvent_t copied) {
-  CUDA_CHECK(cudaEventSynchronize(copied));
-  for (int s : slots) ring.release(s);
+// Exercise 1. A full batch goes at once; a partial one only when its oldest frame has waited its
+// budget (or no more frames will come): the latency of one frame is bounded by max_wait_us plus
+// one batch's service time, and under load batches fill before the deadline.
+int batch_to_take(int queued, double oldest_wait_us, int max_batch, double max_wait_us,
+                  bool closing) {
+  if (queued <= 0) return 0;
+  if (queued >= max_batch) return max_batch;
+  if (closing || oldest_wait_us >= max_wait_us) return queued;
+  return 0;
 }
 
 // Exercise 2. The current device belongs to the calling host thread; set it before the thread
@@ -34,15 +37,12 @@ void bind_worker_device(int device) {
   }
 }
 
-// Exercise 3. A full batch goes at once; a partial one only when its oldest frame has waited its
-// budget (or no more frames will come): the latency of one frame is bounded by max_wait_us plus
-// one batch's service time, and under load batches fill before the deadline.
-int batch_to_take(int queued, double oldest_wait_us, int max_batch, double max_wait_us,
-                  bool closing) {
-  if (queued <= 0) return 0;
-  if (queued >= max_batch) return max_batch;
-  if (closing || oldest_wait_us >= max_wait_us) return queued;
-  return 0;
+// Exercise 3. The copy engine reads the pinned slot when the stream reaches the copy, which may
+// be long after cudaMemcpyAsync returned (it queues behind the batch before it). Only the event
+// recorded after the copy says the bytes have left the slot.
+void release_after_copy(SlotRing& ring, const std::vector<int>& slots, cudaEvent_t copied) {
+  CUDA_CHECK(cudaEventSynchronize(copied));
+  for (int s : slots) ring.release(s);
 }
 
 }  // namespace lesson09
