@@ -708,7 +708,11 @@ RunReport run_pipeline(const PipelineConfig& config, const EngineSpec& engine) {
   // usable from every device of a process with unified addressing).
   CUDA_CHECK(cudaSetDevice(config.devices.front()));
   std::vector<course::PinnedBuffer<std::uint8_t>> slots;
-  for (int i = 0; i < config.queue_depth; ++i) slots.emplace_back(video.frame_bytes());
+  // Portable: pinned for every device's context, not only the current one (workers may run on
+  // other GPUs).
+  for (int i = 0; i < config.queue_depth; ++i) {
+    slots.emplace_back(video.frame_bytes(), cudaHostAllocPortable);
+  }
 
   Shared shared;
   std::int64_t produced = 0;
@@ -742,16 +746,18 @@ RunReport run_pipeline(const PipelineConfig& config, const EngineSpec& engine) {
       try {
         NvtxRange range("producer");
         for (std::int64_t k = 0; k < config.frames; ++k) {
-          Clock::time_point captured = Clock::now();
+          Clock::time_point due{};
           if (config.rate_fps > 0) {  // open loop: the camera does not wait for us
-            const Clock::time_point due =
-                shared.start + std::chrono::duration_cast<Clock::duration>(
-                                   std::chrono::duration<double>(k / config.rate_fps));
+            due = shared.start + std::chrono::duration_cast<Clock::duration>(
+                                     std::chrono::duration<double>(k / config.rate_fps));
             std::this_thread::sleep_until(due);
-            captured = due;
           }
           const std::optional<int> slot = ring.acquire();
           if (!slot) return;  // aborted
+          // Open loop: the frame was captured when it was due, and a producer blocked by a full
+          // ring makes it late (queueing counts in its latency). Closed loop: the frame is
+          // captured when a slot is free to take it.
+          const Clock::time_point captured = config.rate_fps > 0 ? due : Clock::now();
           {
             NvtxRange r("draw frame");
             video.render(k, slots[*slot].data(), static_cast<std::size_t>(video.width()) * 3);
@@ -863,6 +869,7 @@ double measure_gpu_us_per_frame(const PipelineConfig& config, const EngineSpec& 
                                 int reps) {
   PipelineConfig c = config;
   c.batch = batch;
+  c.queue_depth = std::max(c.queue_depth, batch);
   validate(c);
   validate_engine_shape(c, spec.shape);
   if (reps < 1) throw std::invalid_argument("measure_gpu_us_per_frame: reps must be >= 1");
