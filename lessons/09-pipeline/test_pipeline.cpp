@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <exception>
 #include <cstdlib>
 #include <map>
 #include <string>
@@ -113,13 +114,19 @@ TEST_CASE("bind_worker_device binds the calling thread only", "[ex2][gpu]") {
   REQUIRE(cudaGetDeviceCount(&count) == cudaSuccess);
   const int target = count - 1;  // the last GPU (device 0 on a one-GPU machine)
   int seen_in_thread = -2, seen_after_bind = -2;
+  std::exception_ptr error;  // an exception must not escape a std::thread (std::terminate)
   std::thread t([&] {
-    bind_worker_device(target);
-    cudaGetDevice(&seen_after_bind);
-    std::thread inner([&] { cudaGetDevice(&seen_in_thread); });  // a new thread starts on 0
-    inner.join();
+    try {
+      bind_worker_device(target);
+      cudaGetDevice(&seen_after_bind);
+      std::thread inner([&] { cudaGetDevice(&seen_in_thread); });  // a new thread starts on 0
+      inner.join();
+    } catch (...) {
+      error = std::current_exception();
+    }
   });
   t.join();
+  if (error) std::rethrow_exception(error);
   CHECK(seen_after_bind == target);
   CHECK(seen_in_thread == 0);
 }
@@ -210,12 +217,27 @@ TEST_CASE("SlotRing: close drains, abort wakes everyone", "[ring]") {
   SlotRing r2(1, Backpressure::block);
   r2.publish(*r2.acquire(), 0, Clock::now());
   r2.take(1, 0, 1ms);
-  std::thread waiting_producer([&] { CHECK_FALSE(r2.acquire().has_value()); });
-  std::thread waiting_worker([&] { CHECK(r2.take(1, 0, 10s).empty()); });
+  // Catch2's assertions are not thread-safe, and an exception must not escape a std::thread:
+  // the threads only record what they saw.
+  std::atomic<int> producer_got{-1}, worker_got{-1};
+  std::thread waiting_producer([&] {
+    try {
+      producer_got = r2.acquire().has_value() ? 1 : 0;
+    } catch (...) {
+    }
+  });
+  std::thread waiting_worker([&] {
+    try {
+      worker_got = static_cast<int>(r2.take(1, 0, 10s).size());
+    } catch (...) {
+    }
+  });
   std::this_thread::sleep_for(10ms);
   r2.abort();
   waiting_producer.join();
   waiting_worker.join();
+  CHECK(producer_got == 0);  // woken, nothing acquired
+  CHECK(worker_got == 0);    // woken, nothing taken
   CHECK(r2.aborted());
 }
 
