@@ -1,0 +1,317 @@
+// Lesson 09: the detector pipeline, frames in and boxes out, measured and checked end to end.
+//
+//   lesson09 [--frames N] [--workers N] [--gflop G] [--trace PATH] [--svg PATH] [--bench]
+//
+// 1. first-frame latency without and with warm-up (before anything else has warmed the process)
+// 2. what each stage sustains alone: pinned H2D bandwidth, the producer's drawing, GPU busy time
+// 3. the configurations, from the serial tutorial loop to N workers + graphs + batching: frames/s,
+//    latency p50/p90/p99/max, host CPU per frame, the bound and the % reached, every frame checked
+// 4. open loop: latency against offered load, up to and past capacity (drop-oldest)
+// 5. the best configuration's timeline: Chrome trace JSON (Perfetto) and an SVG (lesson 04's)
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "common/device.hpp"
+#include "common/lesson_main.hpp"
+#include "common/process.hpp"
+#include "pipeline.cuh"
+#include "timeline.hpp"  // lesson 04
+
+using namespace lesson09;
+
+namespace {
+
+struct Options {
+  std::int64_t frames = 400;
+  int workers = 4;
+  double gflop = kDefaultGflopPerFrame;
+  std::string trace;  // default: beside the executable
+  std::string svg;
+  bool bench = false;
+};
+
+// Frames whose boxes do not match the synthetic video's truth (the run's own correctness check).
+int wrong_frames(const RunReport& r, const PipelineConfig& c) {
+  const SyntheticVideo video(c.frame_width, c.frame_height, c.num_classes);
+  int wrong = 0;
+  std::vector<int> seen(static_cast<std::size_t>(c.frames), 0);
+  for (const FrameResult& f : r.results) {
+    if (f.frame < 0 || f.frame >= c.frames || ++seen[f.frame] > 1 ||
+        !check_frame(video.truth(f.frame), f.detections).empty()) {
+      ++wrong;
+    }
+  }
+  return wrong;
+}
+
+struct Row {
+  std::string name;
+  RunReport report;
+  Bound bound;
+  int wrong = 0;
+};
+
+void print_header() {
+  std::printf("  %-34s %8s %8s %8s %8s %8s %9s %-7s %8s %6s %5s\n", "configuration", "frames/s",
+              "p50 ms", "p90 ms", "p99 ms", "max ms", "CPU us/f", "bound", "bound/s", "%bound",
+              "wrong");
+}
+
+void print_row(const Row& r) {
+  const LatencySummary l = r.report.latency();
+  const double cpu_us =
+      r.report.results.empty() ? 0.0 : 1e6 * r.report.cpu_s / r.report.results.size();
+  std::printf("  %-34s %8.0f %8.2f %8.2f %8.2f %8.2f %9.0f %-7s %8.0f %5.1f%% %5d\n",
+              r.name.c_str(), r.report.fps(), l.p50 / 1e3, l.p90 / 1e3, l.p99 / 1e3, l.max / 1e3,
+              cpu_us, r.bound.stage.c_str(), r.bound.fps, percent_of_bound(r.report.fps(), r.bound),
+              r.wrong);
+  std::fflush(stdout);
+}
+
+// The lesson-04 picture of a steady-state window: one row per worker, H2D and GPU work bars.
+std::string timeline_picture(const RunReport& r, int workers, const std::string& title) {
+  namespace cs = course::streams;
+  double t_end = 0;
+  for (const TraceEvent& e : r.trace) t_end = std::max(t_end, e.start_us + e.duration_us);
+  const double w0 = 0.5 * t_end, w1 = std::min(t_end, w0 + 3000.0);  // 3 ms from the middle
+  cs::TimelinePanel panel{title, workers, {}};
+  int chunk = 0;
+  for (const TraceEvent& e : r.trace) {
+    if (e.worker < 0 || e.start_us < w0 || e.start_us + e.duration_us > w1) continue;
+    cs::Span s;
+    s.chunk = chunk++;
+    s.stream = e.worker;
+    s.stage = e.name == "H2D" ? cs::Stage::h2d : cs::Stage::kernel;
+    s.start_ms = (e.start_us - w0) / 1e3;
+    s.end_ms = (e.start_us + e.duration_us - w0) / 1e3;
+    panel.spans.push_back(s);
+  }
+  return cs::timeline_svg({panel},
+                          "H2D: the frames' upload (copy stream); kernel: letterbox + engine + "
+                          "decode/NMS + D2H (compute stream). 3 ms from the middle of the run.");
+}
+
+int run(Options o) {
+  const course::DeviceInfo info = course::query_device(0);
+  std::printf("Lesson 09: the detector pipeline\n%s\n\n", course::summary(info).c_str());
+  PipelineConfig base;
+  base.frames = o.frames;
+  const std::size_t frame_bytes = static_cast<std::size_t>(base.frame_width) * base.frame_height * 3;
+  std::printf("Frames: %dx%d BGR (%.2f MB), %d classes, letterboxed to %dx%d; engine: ColorEngine "
+              "+ %.2f GFLOP/frame of SGEMM (--gflop).\n\n",
+              base.frame_width, base.frame_height, frame_bytes / 1e6, base.num_classes,
+              base.input_width, base.input_height, o.gflop);
+
+  // 1. Warm-up, first. The first frame of a cold process pays for module loading (lazy by
+  // default since CUDA 12.2, lesson 01), cuBLAS's kernel choice, lesson 06's table upload and,
+  // with graphs, the capture. Without warm-up the first request pays; with it, serving starts
+  // after.
+  {
+    PipelineConfig c = base;
+    c.workers = 1;
+    c.frames = 20;
+    c.graphs = true;
+    c.warmup = false;
+    const RunReport cold = run_pipeline(c, color_engine_spec(c, o.gflop));
+    c.warmup = true;
+    const RunReport warm = run_pipeline(c, color_engine_spec(c, o.gflop));
+    std::printf("1. First frame's latency (capture to boxes on the host), 1 worker + graphs:\n"
+                "   without warm-up %.2f ms (the first run of this process), with warm-up %.2f ms;"
+                "\n   steady state p50 %.2f ms.\n\n",
+                cold.first_latency_us() / 1e3, warm.first_latency_us() / 1e3,
+                warm.latency().p50 / 1e3);
+  }
+
+  // 2. Each stage alone.
+  const double gbps = measure_pinned_h2d_gbps(frame_bytes);
+  const double host_us = measure_host_us_per_frame(base);
+  auto gpu_us = [&](int batch, bool graphs) {
+    PipelineConfig c = base;
+    c.graphs = graphs;
+    c.batch = batch;
+    c.queue_depth = std::max(c.queue_depth, batch);
+    return measure_gpu_us_per_frame(c, color_engine_spec(c, o.gflop), batch);
+  };
+  const double gpu_b1 = gpu_us(1, false), gpu_b1g = gpu_us(1, true);
+  std::printf("2. What each stage sustains alone (one frame = %.2f MB):\n"
+              "   upload (pinned H2D, %.1f GB/s measured)   %8.1f us/frame  %7.0f frames/s\n"
+              "   host (producer draws a frame)            %8.1f us/frame  %7.0f frames/s\n"
+              "   GPU busy, batch 1, stream launches       %8.1f us/frame  %7.0f frames/s\n"
+              "   GPU busy, batch 1, CUDA graph            %8.1f us/frame  %7.0f frames/s\n",
+              frame_bytes / 1e6, gbps, frame_bytes / (gbps * 1e3),
+              fps_from_bandwidth(gbps, frame_bytes), host_us, fps_from_us(host_us), gpu_b1,
+              fps_from_us(gpu_b1), gpu_b1g, fps_from_us(gpu_b1g));
+  std::vector<int> batches = {4, 16, 32};
+  std::vector<double> gpu_batched;
+  for (int b : batches) {
+    gpu_batched.push_back(gpu_us(b, true));
+    std::printf("   GPU busy, batch %2d, CUDA graph           %8.1f us/frame  %7.0f frames/s\n", b,
+                gpu_batched.back(), fps_from_us(gpu_batched.back()));
+  }
+  std::printf("   The stages run on different engines (copy engine, SMs, CPU) and overlap: a\n"
+              "   pipelined configuration is bound by the slowest; a serial one by their sum.\n\n");
+
+  auto overlapped = [&](double gpu) {
+    return bound_of({fps_from_bandwidth(gbps, frame_bytes), fps_from_us(gpu), fps_from_us(host_us)});
+  };
+  auto serial_bound = [&](double gpu) {
+    return Bound{"sum", fps_from_us(frame_bytes / (gbps * 1e3) + gpu + host_us)};
+  };
+
+  // 3. The configurations.
+  std::printf("3. %lld frames per configuration, closed loop (the producer as fast as it can),\n"
+              "   latency = capture to boxes on the host; wrong = frames whose boxes miss the truth:\n",
+              static_cast<long long>(o.frames));
+  print_header();
+  std::vector<Row> rows;
+  auto add = [&](const std::string& name, const PipelineConfig& c, const Bound& bound,
+                 bool serial = false) {
+    Row r;
+    r.name = name;
+    r.report = serial ? run_serial_tutorial(c, color_engine_spec(c, o.gflop))
+                      : run_pipeline(c, color_engine_spec(c, o.gflop));
+    r.bound = bound;
+    r.wrong = wrong_frames(r.report, c);
+    print_row(r);
+    rows.push_back(std::move(r));
+    return rows.size() - 1;
+  };
+  add("serial tutorial (pageable, sync)", base, serial_bound(gpu_b1), true);
+  {
+    PipelineConfig c = base;
+    c.workers = 1;
+    c.inflight = 1;
+    c.copy_stream = false;
+    add("1 stream, pinned, async", c, serial_bound(gpu_b1));
+    c.inflight = 2;
+    c.copy_stream = true;
+    add("1 worker, copy+compute streams", c, overlapped(gpu_b1));
+  }
+  std::size_t best = 0, unbatched = 0;
+  for (int w : {2, o.workers}) {
+    if (w == 2 && o.workers == 2) continue;
+    PipelineConfig c = base;
+    c.workers = w;
+    add(std::to_string(w) + " workers", c, overlapped(gpu_b1));
+    c.graphs = true;
+    unbatched = add(std::to_string(w) + " workers + graphs", c, overlapped(gpu_b1g));
+  }
+  for (std::size_t i = 0; i < batches.size(); ++i) {
+    PipelineConfig c = base;
+    c.workers = o.workers;
+    c.graphs = true;
+    c.batch = batches[i];
+    c.max_wait_us = 2000;
+    c.queue_depth = std::max(16, 2 * batches[i]);
+    const std::size_t k = add(std::to_string(o.workers) + " workers + graphs, B<=" +
+                                  std::to_string(batches[i]),
+                              c, overlapped(gpu_batched[i]));
+    (void)k;
+  }
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    if (rows[i].report.fps() > rows[best].report.fps()) best = i;
+  }
+  int total_wrong = 0;
+  for (const Row& r : rows) total_wrong += r.wrong;
+  std::printf("   Best: %s, %.0f frames/s = %.1f%% of its bound (%s, %.0f frames/s; target >= 90%%).\n\n",
+              rows[best].name.c_str(), rows[best].report.fps(),
+              percent_of_bound(rows[best].report.fps(), rows[best].bound),
+              rows[best].bound.stage.c_str(), rows[best].bound.fps);
+
+  // 4. Open loop against the best non-batched configuration's capacity.
+  {
+    PipelineConfig c = base;
+    c.workers = o.workers;
+    c.graphs = true;
+    const double capacity = rows[unbatched].report.fps();
+    std::printf("4. Open loop (%d workers + graphs): frames arrive at a set rate; latency against "
+                "offered load\n   (%% of the best measured %.0f frames/s). Past capacity, "
+                "drop-oldest keeps latency bounded and counts what it drops.\n",
+                o.workers, capacity);
+    std::printf("  %8s %10s %8s %8s %8s %8s %8s\n", "load", "offered/s", "served/s", "p50 ms",
+                "p99 ms", "p99/p50", "dropped");
+    double p50_80 = 0, p99_80 = 0;
+    for (double load : {0.2, 0.5, 0.8, 0.95, 1.2}) {
+      c.rate_fps = load * capacity;
+      c.frames = std::max<std::int64_t>(200, static_cast<std::int64_t>(c.rate_fps * 0.5));
+      c.backpressure = load > 1.0 ? Backpressure::drop_oldest : Backpressure::block;
+      const RunReport r = run_pipeline(c, color_engine_spec(c, o.gflop));
+      const LatencySummary l = r.latency();
+      total_wrong += wrong_frames(r, c);
+      std::printf("  %7.0f%% %10.0f %8.0f %8.2f %8.2f %8.2f %8zu%s\n", load * 100, c.rate_fps,
+                  r.fps(), l.p50 / 1e3, l.p99 / 1e3, l.p50 > 0 ? l.p99 / l.p50 : 0.0,
+                  r.dropped.size(), load > 1.0 ? "  (drop-oldest)" : "");
+      if (load == 0.8) {
+        p50_80 = l.p50;
+        p99_80 = l.p99;
+      }
+    }
+    std::printf("   At 80%% load p99 / p50 = %.2f (target <= 2).\n\n",
+                p50_80 > 0 ? p99_80 / p50_80 : 0.0);
+  }
+
+  // 5. The timeline of the best configuration.
+  {
+    PipelineConfig c = base;
+    c.workers = o.workers;
+    c.graphs = true;
+    c.trace = true;
+    const RunReport r = run_pipeline(c, color_engine_spec(c, o.gflop));
+    course::streams::write_text_file(o.trace, chrome_trace_json(r.trace));
+    course::streams::write_text_file(
+        o.svg, timeline_picture(r, c.workers,
+                                std::to_string(c.workers) + " workers + graphs, steady state"));
+    std::printf("5. Timeline (%zu stage events; %d workers + graphs): %s (open in ui.perfetto.dev)"
+                "\n   and %s. Under Nsight Systems (nsys profile -t cuda,nvtx) the NVTX ranges\n"
+                "   \"batch\", \"H2D\", \"letterbox + engine + postprocess\", \"wait for copy\","
+                " \"results\",\n   \"draw frame\" name each step.\n\n",
+                r.trace.size(), c.workers, o.trace.c_str(), o.svg.c_str());
+  }
+
+  if (total_wrong > 0) {
+    std::printf("FAILED: %d frames had wrong boxes.\n", total_wrong);
+    return 1;
+  }
+  std::printf("Every frame of every run matched its true boxes (IoU >= 0.9, right class, nothing "
+              "extra).\n");
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  CLI::App app{
+      "Lesson 09: the detector pipeline. A producer thread draws 1080p frames into pinned slots;\n"
+      "N worker threads upload, letterbox (lesson 06), run an engine and decode + NMS (lesson 08)\n"
+      "on their own streams. Measures frames/s, latency and the bound of each configuration."};
+  app.add_option("--frames", o.frames, "frames per configuration (default 400)")
+      ->type_name("N")
+      ->check(course::integer_in(32, 1000000));
+  app.add_option("--workers", o.workers, "worker threads of the multi-worker rows (default 4)")
+      ->type_name("N")
+      ->check(course::integer_in(1, 16));
+  app.add_option("--gflop", o.gflop,
+                 "the engine's stand-in GPU work, GFLOP of SGEMM per frame (default 8.7:\n"
+                 "YOLOv8n at 640x640)")
+      ->type_name("G")
+      ->check(course::real_in(0.0, 1000.0));
+  app.add_option("--trace", o.trace, "Chrome trace JSON (default: lesson09_trace.json beside\n"
+                                     "the executable)")
+      ->type_name("PATH");
+  app.add_option("--svg", o.svg, "timeline picture (default: lesson09_timeline.svg beside it)")
+      ->type_name("PATH");
+  app.add_flag("--bench", o.bench, "longer runs: 3000 frames per configuration");
+  return course::lesson_main(app, argc, argv, [&] {
+    const std::string exe = course::self_executable();
+    const std::string dir = exe.substr(0, exe.find_last_of('/'));
+    if (o.trace.empty()) o.trace = dir + "/lesson09_trace.json";
+    if (o.svg.empty()) o.svg = dir + "/lesson09_timeline.svg";
+    if (o.bench) o.frames = std::max<std::int64_t>(o.frames, 3000);
+    return run(o);
+  });
+}

@@ -1,0 +1,935 @@
+// Lesson 09: the detector pipeline (pipeline.cuh). In the order the lesson teaches it:
+//   1. the course engine: find each class's box in the letterboxed tensor, write YOLOv8 output,
+//      then the stand-in SGEMM chain
+//   2. a worker: its device, streams, buffer sets, the per-batch sequence, graphs, results
+//   3. the producer and run_pipeline: threads, start barrier, failure -> clean stop
+//   4. the serial tutorial loop, and the measurements the bound needs
+#include "pipeline.cuh"
+
+#include <cublas_v2.h>
+#include <nvtx3/nvToolsExt.h>
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <atomic>
+#include <climits>
+#include <cmath>
+#include <cstring>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
+#include "affine_warp.cuh"  // lesson 06
+#include "common/cuda_check.hpp"
+#include "common/memory.hpp"
+#include "common/stream.hpp"
+
+namespace lesson09 {
+
+namespace {
+
+// NVTX 3 (header-only, in the toolkit): the lesson's own names on Nsight Systems' timeline.
+struct NvtxRange {
+  explicit NvtxRange(const char* name) { nvtxRangePushA(name); }
+  ~NvtxRange() { nvtxRangePop(); }
+  NvtxRange(const NvtxRange&) = delete;
+  NvtxRange& operator=(const NvtxRange&) = delete;
+};
+
+void check_cublas(cublasStatus_t status, const char* call) {
+  if (status != CUBLAS_STATUS_SUCCESS) {
+    throw std::runtime_error(std::string(call) + " failed: cuBLAS status " +
+                             std::to_string(static_cast<int>(status)));
+  }
+}
+
+// -------------------------------------------------------------------- 1. the course engine
+
+struct Palette {
+  float rgb[kMaxClasses][3];  // class colours as the tensor holds them (RGB, / 255)
+  float tolerance;
+  int classes;
+};
+
+Palette make_palette(int classes) {
+  Palette p{};
+  for (int c = 0; c < classes; ++c) {
+    const Bgr b = class_colour(c);
+    p.rgb[c][0] = b.r / 255.0f;
+    p.rgb[c][1] = b.g / 255.0f;
+    p.rgb[c][2] = b.b / 255.0f;
+  }
+  p.tolerance = kColourTolerance / 255.0f;
+  p.classes = classes;
+  return p;
+}
+
+constexpr int kRowThreads = 256;
+
+__global__ void reset_boxes_kernel(int* boxes, int count) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < count) boxes[i] = (i % 4) < 2 ? INT_MAX : -1;  // min x, min y | max x, max y
+}
+
+// One block per (row y, image b). Each thread keeps its own min/max x per class over its
+// columns, the block combines them in shared memory, and one thread per class does the four
+// global atomics: 4 per class per row instead of one per matching pixel.
+__global__ void find_class_boxes_kernel(const float* __restrict__ input, int width, int height,
+                                        Palette palette, int* boxes) {
+  const int y = blockIdx.x, b = blockIdx.y;
+  const std::size_t plane = static_cast<std::size_t>(width) * height;
+  const float* image = input + static_cast<std::size_t>(b) * 3 * plane;
+  __shared__ int row_min[kMaxClasses], row_max[kMaxClasses];
+  if (threadIdx.x < kMaxClasses) {
+    row_min[threadIdx.x] = INT_MAX;
+    row_max[threadIdx.x] = -1;
+  }
+  __syncthreads();
+  int lo[kMaxClasses], hi[kMaxClasses];
+  for (int c = 0; c < kMaxClasses; ++c) {
+    lo[c] = INT_MAX;
+    hi[c] = -1;
+  }
+  for (int x = threadIdx.x; x < width; x += blockDim.x) {
+    const std::size_t i = static_cast<std::size_t>(y) * width + x;
+    const float r = image[i], g = image[plane + i], bl = image[2 * plane + i];
+    for (int c = 0; c < palette.classes; ++c) {
+      if (fabsf(r - palette.rgb[c][0]) <= palette.tolerance &&
+          fabsf(g - palette.rgb[c][1]) <= palette.tolerance &&
+          fabsf(bl - palette.rgb[c][2]) <= palette.tolerance) {
+        lo[c] = min(lo[c], x);
+        hi[c] = max(hi[c], x);
+      }
+    }
+  }
+  for (int c = 0; c < palette.classes; ++c) {
+    if (hi[c] >= 0) {
+      atomicMin(&row_min[c], lo[c]);
+      atomicMax(&row_max[c], hi[c]);
+    }
+  }
+  __syncthreads();
+  if (threadIdx.x < palette.classes && row_max[threadIdx.x] >= 0) {
+    int* box = boxes + (static_cast<std::size_t>(b) * palette.classes + threadIdx.x) * 4;
+    atomicMin(box + 0, row_min[threadIdx.x]);
+    atomicMin(box + 1, y);
+    atomicMax(box + 2, row_max[threadIdx.x]);
+    atomicMax(box + 3, y);
+  }
+}
+
+__host__ __device__ inline std::uint32_t hash32(std::uint32_t x) {
+  x ^= x >> 16;
+  x *= 0x7feb352dU;
+  x ^= x >> 15;
+  x *= 0x846ca68bU;
+  x ^= x >> 16;
+  return x;
+}
+
+// One thread per (candidate n, image b): the YOLOv8 layout, channel k of candidate n at
+// out[b][k][n] (coalesced: neighbouring threads write neighbouring n).
+__global__ void write_output_kernel(const int* __restrict__ boxes, int classes, int candidates,
+                                    int width, int height, float* out) {
+  const int n = blockIdx.x * blockDim.x + threadIdx.x, b = blockIdx.y;
+  if (n >= candidates) return;
+  float* o = out + static_cast<std::size_t>(b) * (4 + classes) * candidates;
+  float cx, cy, w, h, score = 0.0f;
+  int cls = -1;
+  const std::uint32_t r = hash32(static_cast<std::uint32_t>(n) * 2654435761U + 12345U);
+  if (n < classes * kAnchorsPerClass) {
+    cls = n / kAnchorsPerClass;
+    const int j = n % kAnchorsPerClass;
+    const int* box = boxes + (static_cast<std::size_t>(b) * classes + cls) * 4;
+    if (box[2] >= 0) {
+      // Pixel i covers [i, i + 1]: the box of pixels lo..hi is [lo, hi + 1].
+      const float x1 = box[0], y1 = box[1], x2 = box[2] + 1.0f, y2 = box[3] + 1.0f;
+      cx = 0.5f * (x1 + x2);
+      cy = 0.5f * (y1 + y2);
+      w = x2 - x1;
+      h = y2 - y1;
+      if (j > 0) {  // a duplicate: shifted by up to 1.5 px, resized by up to 4%
+        cx += ((r & 7) - 3.5f) * (1.5f / 3.5f);
+        cy += (((r >> 3) & 7) - 3.5f) * (1.5f / 3.5f);
+        w *= 1.0f + (((r >> 6) & 7) - 3.5f) * (0.04f / 3.5f);
+        h *= 1.0f + (((r >> 9) & 7) - 3.5f) * (0.04f / 3.5f);
+      }
+      score = 0.95f - 0.05f * j;
+    } else {  // the class is absent: an empty anchor
+      cls = -1;
+      cx = cy = w = h = 0.0f;
+    }
+  } else {  // background: anywhere, any size, low scores
+    cx = (r % 10007) / 10007.0f * width;
+    cy = (hash32(r) % 10007) / 10007.0f * height;
+    w = 8.0f + (r >> 24);
+    h = 8.0f + ((r >> 16) & 127);
+  }
+  o[0 * candidates + n] = cx;
+  o[1 * candidates + n] = cy;
+  o[2 * candidates + n] = w;
+  o[3 * candidates + n] = h;
+  for (int c = 0; c < classes; ++c) {
+    float s;
+    if (n < classes * kAnchorsPerClass) {
+      s = c == cls ? score : 0.0f;
+    } else {
+      s = (hash32(r + 977U * c) % 1000) * (0.2f / 1000.0f);  // < 0.2
+    }
+    o[(4 + c) * static_cast<std::size_t>(candidates) + n] = s;
+  }
+}
+
+}  // namespace
+
+ColorEngine::ColorEngine(const ColorEngineOptions& o) : options_(o) {
+  if (o.input.batch < 1 || o.input.channels != 3 || o.input.height < 1 || o.input.width < 1) {
+    throw std::invalid_argument("ColorEngine: expected input [B >= 1, 3, H >= 1, W >= 1]");
+  }
+  if (o.num_classes < 1 || o.num_classes > kMaxClasses) {
+    throw std::invalid_argument("ColorEngine: num_classes must be in [1, " +
+                                std::to_string(kMaxClasses) + "], got " +
+                                std::to_string(o.num_classes));
+  }
+  if (o.num_candidates < o.num_classes * kAnchorsPerClass) {
+    throw std::invalid_argument("ColorEngine: num_candidates must be >= num_classes x " +
+                                std::to_string(kAnchorsPerClass));
+  }
+  if (!(std::isfinite(o.gflop_per_frame) && o.gflop_per_frame >= 0)) {
+    throw std::invalid_argument("ColorEngine: gflop_per_frame must be finite and >= 0");
+  }
+  const double gemm_gflop = 2.0 * kGemmSide * kGemmSide * kGemmSide * 1e-9;
+  gemms_ = static_cast<int>(std::lround(o.gflop_per_frame / gemm_gflop));
+  if (o.gflop_per_frame > 0 && gemms_ == 0) gemms_ = 1;
+  boxes_ = course::DeviceBuffer<int>(static_cast<std::size_t>(o.input.batch) * o.num_classes * 4);
+  if (gemms_ > 0) {
+    const std::size_t act = static_cast<std::size_t>(kGemmSide) * kGemmSide * o.input.batch;
+    weights_ = course::DeviceBuffer<float>(static_cast<std::size_t>(kGemmSide) * kGemmSide);
+    act0_ = course::DeviceBuffer<float>(act);
+    act1_ = course::DeviceBuffer<float>(act);
+    // Zeros: the values do not matter for the cost (FP32 FMAs take the same time on any value)
+    // and zeros cannot overflow into inf/NaN along the chain.
+    CUDA_CHECK(cudaMemset(weights_.data(), 0, weights_.bytes()));
+    CUDA_CHECK(cudaMemset(act0_.data(), 0, act0_.bytes()));
+    CUDA_CHECK(cudaMemset(act1_.data(), 0, act1_.bytes()));
+    cublasHandle_t handle = nullptr;
+    check_cublas(cublasCreate(&handle), "cublasCreate");
+    cublas_ = handle;
+    // A workspace of our own, so that cuBLAS allocates nothing while a CUDA graph is being
+    // captured (cuBLAS documentation, "CUDA Graphs Support"); 32 MiB is its Hopper advice.
+    cublas_workspace_ = course::DeviceBuffer<std::uint8_t>(32u << 20);
+    check_cublas(cublasSetWorkspace(handle, cublas_workspace_.data(), cublas_workspace_.bytes()),
+                 "cublasSetWorkspace");
+  }
+  CUDA_CHECK(cudaDeviceSynchronize());  // the memsets ran on the legacy stream
+}
+
+ColorEngine::~ColorEngine() {
+  if (cublas_ != nullptr) cublasDestroy(static_cast<cublasHandle_t>(cublas_));
+}
+
+lesson08::OutputSpec ColorEngine::output_spec() const {
+  lesson08::OutputSpec spec;
+  spec.layout = lesson08::Layout::yolov8;
+  spec.num_candidates = options_.num_candidates;
+  spec.num_classes = options_.num_classes;
+  return spec;
+}
+
+void ColorEngine::set_batch(int batch) {
+  if (batch < 1 || batch > options_.input.batch) {
+    throw std::invalid_argument("ColorEngine::set_batch: batch must be in [1, " +
+                                std::to_string(options_.input.batch) + "], got " +
+                                std::to_string(batch));
+  }
+  batch_ = batch;
+}
+
+double ColorEngine::real_gflop_per_frame() const {
+  return gemms_ * 2.0 * kGemmSide * kGemmSide * kGemmSide * 1e-9;
+}
+
+bool ColorEngine::enqueue(cudaStream_t stream) {
+  if (input_ == nullptr || output_ == nullptr) return false;  // enqueueV3 without addresses
+  const int classes = options_.num_classes;
+  const int count = batch_ * classes * 4;
+  reset_boxes_kernel<<<(count + 255) / 256, 256, 0, stream>>>(boxes_.data(), count);
+  CUDA_CHECK_LAUNCH();
+  find_class_boxes_kernel<<<dim3(options_.input.height, batch_), kRowThreads, 0, stream>>>(
+      input_, options_.input.width, options_.input.height, make_palette(classes), boxes_.data());
+  CUDA_CHECK_LAUNCH();
+  const int n = options_.num_candidates;
+  write_output_kernel<<<dim3((n + 255) / 256, batch_), 256, 0, stream>>>(
+      boxes_.data(), classes, n, options_.input.width, options_.input.height, output_);
+  CUDA_CHECK_LAUNCH();
+  if (gemms_ > 0) {
+    cublasHandle_t handle = static_cast<cublasHandle_t>(cublas_);
+    check_cublas(cublasSetStream(handle, stream), "cublasSetStream");
+    // cublasSetStream puts the handle back on cuBLAS's default workspace pool (cuBLAS
+    // documentation, cublasSetStream): give it ours again, or a graph capture could allocate.
+    check_cublas(cublasSetWorkspace(handle, cublas_workspace_.data(), cublas_workspace_.bytes()),
+                 "cublasSetWorkspace");
+    const float one = 1.0f, zero = 0.0f;
+    float* a = act0_.data();
+    float* c = act1_.data();
+    for (int g = 0; g < gemms_; ++g) {  // act_{g+1} = W act_g, [1024 x 1024] x [1024 x 1024 b]
+      check_cublas(cublasSgemm(handle, CUBLAS_OP_N, CUBLAS_OP_N, kGemmSide, kGemmSide * batch_,
+                               kGemmSide, &one, weights_.data(), kGemmSide, a, kGemmSide, &zero,
+                               c, kGemmSide),
+                   "cublasSgemm");
+      std::swap(a, c);
+    }
+  }
+  return true;
+}
+
+void FailingEngine::set_batch_frames(const std::int64_t* frames, int count) {
+  fail_next_ = std::find(frames, frames + count, fail_frame_) != frames + count;
+}
+
+bool FailingEngine::enqueue(cudaStream_t stream) {
+  if (fail_next_) return false;
+  return ColorEngine::enqueue(stream);
+}
+
+EngineSpec color_engine_spec(const PipelineConfig& config, double gflop_per_frame) {
+  EngineSpec spec;
+  spec.shape = {config.batch, 3, config.input_height, config.input_width};
+  ColorEngineOptions options;
+  options.input = spec.shape;
+  options.num_classes = config.num_classes;
+  options.gflop_per_frame = gflop_per_frame;
+  spec.make = [options](int) { return std::make_unique<ColorEngine>(options); };
+  return spec;
+}
+
+EngineSpec failing_engine_spec(const PipelineConfig& config, std::int64_t fail_frame) {
+  EngineSpec spec = color_engine_spec(config, 0.0);
+  ColorEngineOptions options;
+  options.input = spec.shape;
+  options.num_classes = config.num_classes;
+  options.gflop_per_frame = 0.0;
+  spec.make = [options, fail_frame](int) {
+    return std::make_unique<FailingEngine>(options, fail_frame);
+  };
+  return spec;
+}
+
+// ------------------------------------------------------------------------ 2. a worker
+
+LatencySummary RunReport::latency() const {
+  std::vector<double> v;
+  v.reserve(results.size());
+  for (const FrameResult& r : results) v.push_back(r.latency_us);
+  return summarize(std::move(v));
+}
+
+double RunReport::first_latency_us() const {
+  const FrameResult* first = nullptr;
+  for (const FrameResult& r : results) {
+    if (first == nullptr || r.frame < first->frame) first = &r;
+  }
+  return first == nullptr ? 0.0 : first->latency_us;
+}
+
+namespace {
+
+double us_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double, std::micro>(b - a).count();
+}
+
+// What the threads share: the first failure, the start barrier, the results.
+struct Shared {
+  std::mutex mutex;
+  std::condition_variable cv;
+  int ready = 0;
+  bool failed = false;
+  std::string error;
+  std::int64_t error_frame = -1;
+  std::string error_stage;
+  std::vector<FrameResult> results;
+  std::vector<TraceEvent> trace;
+  Clock::time_point start{};
+
+  void fail(const std::string& what, std::int64_t frame, const std::string& stage,
+            SlotRing& ring) {
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      if (!failed) {
+        failed = true;
+        error = what;
+        error_frame = frame;
+        error_stage = stage;
+      }
+    }
+    cv.notify_all();
+    ring.abort();
+  }
+};
+
+// The device side of one batch: what one worker's buffer set holds.
+struct BufferSet {
+  course::DeviceBuffer<std::uint8_t> frames;  // [B][H][W][3] uint8 BGR, contiguous
+  course::DeviceBuffer<float> input;          // [B, 3, in_h, in_w]
+  course::DeviceBuffer<float> output;         // [B, 4 + C, N]
+  std::vector<std::unique_ptr<lesson08::GpuPostprocessor>> post;  // one per image
+  std::unique_ptr<course::Event> start, copied, letterboxed, engined, done;
+  std::vector<lesson08::GraphExec> graphs;    // [b]: the graph for a batch of b
+  std::vector<SlotRing::Taken> taken;         // the batch in flight
+  bool busy = false;
+};
+
+// The per-frame device sequence of a batch of b frames already in set.frames.
+void enqueue_device_work(BufferSet& set, Engine& engine, const PipelineConfig& c, int b,
+                         std::size_t out_elems, cudaStream_t stream, bool mark) {
+  std::vector<lesson06::ImageView> views;
+  const std::size_t frame_bytes = static_cast<std::size_t>(c.frame_width) * c.frame_height * 3;
+  for (int i = 0; i < b; ++i) {
+    views.push_back({set.frames.data() + i * frame_bytes, c.frame_width, c.frame_height, 3,
+                     static_cast<std::size_t>(c.frame_width) * 3});
+  }
+  lesson06::letterbox_v4_batched(views, set.input.data(), c.input_width, c.input_height, {},
+                                 stream);
+  if (mark) set.letterboxed->record(stream);
+  engine.set_batch(b);
+  engine.set_input(set.input.data());
+  engine.set_output(set.output.data());
+  if (!engine.enqueue(stream)) {
+    throw PipelineError("Engine::enqueue returned false", -1, "engine");
+  }
+  if (mark) set.engined->record(stream);
+  for (int i = 0; i < b; ++i) {
+    set.post[i]->enqueue(set.output.data() + i * out_elems, out_elems, stream);
+  }
+}
+
+class Worker {
+ public:
+  Worker(int index, const PipelineConfig& config, const EngineSpec& spec, SlotRing& ring,
+         std::vector<course::PinnedBuffer<std::uint8_t>>& slots, Shared& shared)
+      : index_(index), c_(config), spec_(spec), ring_(ring), slots_(slots), shared_(shared) {}
+
+  void operator()() noexcept {
+    try {
+      {
+        // One worker at a time sets up and warms up: constructors that use the legacy stream
+        // (cudaMemset + cudaDeviceSynchronize) never meet another worker's graph capture, and
+        // the warm-up's timings are not disturbed. Serving starts for all at the barrier.
+        static std::mutex setup_mutex;
+        std::lock_guard<std::mutex> one_at_a_time(setup_mutex);
+        stage_ = "setup";
+        setup();
+        if (c_.warmup) warm_up();
+      }
+      {
+        std::lock_guard<std::mutex> lock(shared_.mutex);
+        ++shared_.ready;
+      }
+      shared_.cv.notify_all();
+      serve();
+    } catch (const PipelineError& e) {
+      report(e.what(), e.stage().empty() ? stage_ : e.stage());
+    } catch (const std::exception& e) {
+      report(e.what(), stage_);
+    }
+    // Whatever happened, let the GPU finish with our buffers before they are freed (the
+    // destructors of the sets and streams run after this). Errors here were already reported.
+    if (compute_) cudaStreamSynchronize(*compute_);
+    if (copy_) cudaStreamSynchronize(*copy_);
+    // Free on this thread, whose device is the one they were made on (and where lesson 06's
+    // per-thread table cache lives): buffers and graphs, then the engine, then the streams.
+    sets_.clear();
+    epoch_.reset();
+    engine_.reset();
+    copy_.reset();
+    compute_.reset();
+    {
+      std::lock_guard<std::mutex> lock(shared_.mutex);
+      ++shared_.ready;  // a worker that failed before the barrier must not hold the others
+    }
+    shared_.cv.notify_all();
+  }
+
+ private:
+  void report(const std::string& what, const std::string& stage) {
+    std::string frames = "no frame";
+    if (frame_lo_ >= 0) {
+      frames = frame_hi_ > frame_lo_
+                   ? "frames " + std::to_string(frame_lo_) + ".." + std::to_string(frame_hi_)
+                   : "frame " + std::to_string(frame_lo_);
+    }
+    shared_.fail("worker " + std::to_string(index_) + ", " + frames + ", stage " + stage + ": " +
+                     what,
+                 frame_lo_, stage, ring_);
+  }
+
+  void setup() {
+    // Exercise 2: before anything is created, this thread binds its device.
+    bind_worker_device(c_.devices[index_ % c_.devices.size()]);
+    compute_ = std::make_unique<course::Stream>();
+    if (c_.copy_stream) copy_ = std::make_unique<course::Stream>();
+    stage_ = "engine creation";
+    engine_ = spec_.make(index_);
+    const TensorShape s = engine_->input_shape();
+    if (s.batch != spec_.shape.batch || s.channels != spec_.shape.channels ||
+        s.height != spec_.shape.height || s.width != spec_.shape.width) {
+      throw std::invalid_argument(engine_->name() +
+                                  ": the engine's input shape is not the one its spec announced");
+    }
+    const lesson08::OutputSpec out = engine_->output_spec();
+    out_elems_ = out.elements();
+    const Letterbox lb =
+        course::make_letterbox(c_.frame_width, c_.frame_height, c_.input_width, c_.input_height);
+    stage_ = "allocation";
+    const unsigned flags = c_.trace ? cudaEventDefault : cudaEventDisableTiming;
+    const std::size_t fb = static_cast<std::size_t>(c_.frame_width) * c_.frame_height * 3;
+    const std::size_t in_elems = static_cast<std::size_t>(3) * c_.input_height * c_.input_width;
+    sets_.resize(static_cast<std::size_t>(c_.inflight));
+    for (BufferSet& set : sets_) {
+      set.frames = course::DeviceBuffer<std::uint8_t>(fb * c_.batch);
+      set.input = course::DeviceBuffer<float>(in_elems * c_.batch);
+      set.output = course::DeviceBuffer<float>(out_elems_ * c_.batch);
+      for (int i = 0; i < c_.batch; ++i) {
+        set.post.push_back(std::make_unique<lesson08::GpuPostprocessor>(out, lb, c_.post));
+      }
+      set.start = std::make_unique<course::Event>(flags);
+      set.copied = std::make_unique<course::Event>(flags);
+      set.letterboxed = std::make_unique<course::Event>(flags);
+      set.engined = std::make_unique<course::Event>(flags);
+      set.done = std::make_unique<course::Event>(flags);
+      set.graphs.resize(static_cast<std::size_t>(c_.batch) + 1);
+    }
+    if (c_.trace) {  // the GPU's clock against the host's, once
+      epoch_ = std::make_unique<course::Event>(cudaEventDefault);
+      epoch_->record(*compute_);
+      epoch_->synchronize();
+      epoch_host_ = Clock::now();
+    }
+  }
+
+  // Lesson 01: the first launch of each kernel loads its module, cuBLAS picks its kernels, the
+  // table cache uploads lesson 06's warp tables. Pay for all of it before the first real frame:
+  // every batch size through every set, and each set's graphs captured.
+  void warm_up() {
+    stage_ = "warm-up";
+    NvtxRange range("warm-up");
+    for (BufferSet& set : sets_) {
+      CUDA_CHECK(cudaMemsetAsync(set.frames.data(), 0, set.frames.bytes(), *compute_));
+      for (int b = 1; b <= c_.batch; ++b) {
+        if (!c_.graphs && b != 1 && b != c_.batch) continue;
+        enqueue_device_work(set, *engine_, c_, b, out_elems_, *compute_, false);
+        compute_->synchronize();
+        if (c_.graphs) capture(set, b);
+      }
+    }
+    compute_->synchronize();
+  }
+
+  void capture(BufferSet& set, int b) {
+    NvtxRange range("graph capture");
+    set.graphs[b].capture(*compute_, [&] {
+      enqueue_device_work(set, *engine_, c_, b, out_elems_, *compute_, false);
+    });
+  }
+
+  void serve() {
+    int next = 0;
+    const auto poll = std::chrono::microseconds(200);
+    for (;;) {
+      // Deliver whatever has finished, so that a result does not wait for its set's reuse.
+      for (BufferSet& set : sets_) {
+        if (!set.busy) continue;
+        const cudaError_t q = cudaEventQuery(*set.done);
+        if (q == cudaSuccess) {
+          finish(set);
+        } else if (q == cudaErrorNotReady && cudaPeekAtLastError() == cudaErrorNotReady) {
+          cudaGetLastError();  // "not ready" is an answer, not an error: do not let a later
+                               // CUDA_CHECK_LAUNCH (cudaGetLastError) report it
+        }
+      }
+      stage_ = "waiting for frames";
+      frame_lo_ = frame_hi_ = -1;
+      std::vector<SlotRing::Taken> taken = ring_.take(c_.batch, c_.max_wait_us, poll);
+      if (taken.empty()) {
+        if (ring_.aborted()) return;
+        BufferSet* oldest = nullptr;  // nothing new: finish the oldest batch in flight
+        for (BufferSet& set : sets_) {
+          if (set.busy) oldest = &set;  // with at most 2 sets, `next` points at the older one
+        }
+        if (sets_[next].busy) oldest = &sets_[next];
+        if (oldest != nullptr) {
+          finish(*oldest);
+          continue;
+        }
+        if (ring_.finished()) return;
+        continue;
+      }
+      BufferSet& set = sets_[next];
+      next = (next + 1) % static_cast<int>(sets_.size());
+      if (set.busy) finish(set);
+      launch(set, std::move(taken));
+    }
+  }
+
+  void launch(BufferSet& set, std::vector<SlotRing::Taken> taken) {
+    NvtxRange range("batch");
+    const int b = static_cast<int>(taken.size());
+    frame_lo_ = frame_hi_ = taken.front().frame;
+    std::vector<std::int64_t> ids;
+    std::vector<int> slot_ids;
+    for (const SlotRing::Taken& t : taken) {
+      ids.push_back(t.frame);
+      slot_ids.push_back(t.slot);
+      frame_lo_ = std::min(frame_lo_, t.frame);
+      frame_hi_ = std::max(frame_hi_, t.frame);
+    }
+    set.taken = std::move(taken);
+    set.busy = true;  // from here on the slots are ours until released
+    engine_->set_batch_frames(ids.data(), b);
+    cudaStream_t copy = copy_ ? copy_->get() : compute_->get();
+    const std::size_t fb = static_cast<std::size_t>(c_.frame_width) * c_.frame_height * 3;
+    {
+      stage_ = "H2D";
+      NvtxRange r("H2D");
+      if (c_.trace) set.start->record(copy);
+      for (int i = 0; i < b; ++i) {
+        CUDA_CHECK(cudaMemcpyAsync(set.frames.data() + i * fb, slots_[set.taken[i].slot].data(),
+                                   fb, cudaMemcpyHostToDevice, copy));
+      }
+      set.copied->record(copy);
+      if (copy_) CUDA_CHECK(cudaStreamWaitEvent(*compute_, *set.copied, 0));
+    }
+    {
+      stage_ = c_.graphs ? "graph launch" : "letterbox + engine + postprocess";
+      NvtxRange r("letterbox + engine + postprocess");
+      if (c_.graphs) {
+        if (!set.graphs[b]) capture(set, b);  // no warm-up: captured on first use
+        set.graphs[b].launch(*compute_);
+      } else {
+        enqueue_device_work(set, *engine_, c_, b, out_elems_, *compute_, c_.trace);
+      }
+      set.done->record(*compute_);
+    }
+    // Exercise 3: the slots go back to the producer only once the copy engine has read them.
+    stage_ = "slot release";
+    if (c_.test_skip_slot_wait) {
+      for (int s : slot_ids) ring_.release(s);  // THE RACE, on purpose (tests only)
+    } else {
+      NvtxRange r("wait for copy");
+      release_after_copy(ring_, slot_ids, *set.copied);
+    }
+  }
+
+  void finish(BufferSet& set) {
+    NvtxRange range("results");
+    frame_lo_ = frame_hi_ = set.taken.front().frame;
+    for (const SlotRing::Taken& t : set.taken) {
+      frame_lo_ = std::min(frame_lo_, t.frame);
+      frame_hi_ = std::max(frame_hi_, t.frame);
+    }
+    stage_ = "GPU work (reported at the batch's completion)";
+    set.done->synchronize();
+    const Clock::time_point now = Clock::now();
+    std::vector<FrameResult> results;
+    const int b = static_cast<int>(set.taken.size());
+    for (int i = 0; i < b; ++i) {
+      FrameResult r;
+      r.frame = set.taken[i].frame;
+      r.worker = index_;
+      r.batch = b;
+      r.detections = set.post[i]->result().detections;
+      r.latency_us = us_between(set.taken[i].captured, now);
+      results.push_back(std::move(r));
+    }
+    std::vector<TraceEvent> trace;
+    if (c_.trace) {
+      const double base = us_between(shared_.start, epoch_host_);
+      auto at = [&](const course::Event& e) {
+        return base + 1e3 * course::elapsed_ms(*epoch_, e);
+      };
+      const std::int64_t first = set.taken.front().frame;
+      auto add = [&](const char* name, double t0, double t1) {
+        trace.push_back({name, index_, t0, std::max(0.0, t1 - t0), first, b});
+      };
+      const double t_start = at(*set.start), t_copied = at(*set.copied), t_done = at(*set.done);
+      add("H2D", t_start, t_copied);
+      if (c_.graphs) {
+        add("graph: letterbox + engine + postprocess + D2H", t_copied, t_done);
+      } else {
+        const double t_lb = at(*set.letterboxed), t_en = at(*set.engined);
+        add("letterbox", t_copied, t_lb);
+        add("engine", t_lb, t_en);
+        add("decode + NMS + D2H", t_en, t_done);
+      }
+    }
+    set.busy = false;
+    set.taken.clear();
+    std::lock_guard<std::mutex> lock(shared_.mutex);
+    for (FrameResult& r : results) shared_.results.push_back(std::move(r));
+    for (TraceEvent& e : trace) shared_.trace.push_back(std::move(e));
+  }
+
+  int index_;
+  const PipelineConfig& c_;
+  const EngineSpec& spec_;
+  SlotRing& ring_;
+  std::vector<course::PinnedBuffer<std::uint8_t>>& slots_;
+  Shared& shared_;
+  // Declared in destruction order's reverse: sets (buffers, graphs) go before the engine and
+  // the streams.
+  std::unique_ptr<course::Stream> compute_, copy_;
+  std::unique_ptr<Engine> engine_;
+  std::vector<BufferSet> sets_;
+  std::unique_ptr<course::Event> epoch_;
+  Clock::time_point epoch_host_{};
+  std::size_t out_elems_ = 0;
+  std::string stage_ = "start";
+  std::int64_t frame_lo_ = -1, frame_hi_ = -1;
+};
+
+double process_cpu_s() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_utime.tv_sec + u.ru_stime.tv_sec + 1e-6 * (u.ru_utime.tv_usec + u.ru_stime.tv_usec);
+}
+
+}  // namespace
+
+// ------------------------------------------------------------ 3. the producer, run_pipeline
+
+RunReport run_pipeline(const PipelineConfig& config, const EngineSpec& engine) {
+  validate(config);
+  validate_engine_shape(config, engine.shape);
+  if (!engine.make) throw std::invalid_argument("run_pipeline: the EngineSpec has no factory");
+
+  const SyntheticVideo video(config.frame_width, config.frame_height, config.num_classes);
+  SlotRing ring(config.queue_depth, config.backpressure);
+  // The pinned slots: allocated on the first device, before any thread (pinned memory is
+  // usable from every device of a process with unified addressing).
+  CUDA_CHECK(cudaSetDevice(config.devices.front()));
+  std::vector<course::PinnedBuffer<std::uint8_t>> slots;
+  // Portable: pinned for every device's context, not only the current one (workers may run on
+  // other GPUs).
+  for (int i = 0; i < config.queue_depth; ++i) {
+    slots.emplace_back(video.frame_bytes(), cudaHostAllocPortable);
+  }
+
+  Shared shared;
+  std::int64_t produced = 0;
+  double cpu0 = 0;
+  std::vector<std::thread> threads;
+  // Every thread is joined on every path, also when creating one throws.
+  struct Joiner {
+    std::vector<std::thread>& threads;
+    SlotRing& ring;
+    ~Joiner() {
+      ring.abort();
+      for (std::thread& t : threads) {
+        if (t.joinable()) t.join();
+      }
+    }
+  };
+  std::vector<std::unique_ptr<Worker>> workers;  // outlive the threads (Joiner below)
+  {
+    Joiner joiner{threads, ring};
+    for (int w = 0; w < config.workers; ++w) {
+      workers.push_back(std::make_unique<Worker>(w, config, engine, ring, slots, shared));
+    }
+    for (auto& w : workers) threads.emplace_back(std::ref(*w));
+    {  // the start barrier: every worker warmed up (or failed)
+      std::unique_lock<std::mutex> lock(shared.mutex);
+      shared.cv.wait(lock, [&] { return shared.ready >= config.workers || shared.failed; });
+      shared.start = Clock::now();
+    }
+    cpu0 = process_cpu_s();
+    threads.emplace_back([&] {
+      try {
+        NvtxRange range("producer");
+        for (std::int64_t k = 0; k < config.frames; ++k) {
+          Clock::time_point due{};
+          if (config.rate_fps > 0) {  // open loop: the camera does not wait for us
+            due = shared.start + std::chrono::duration_cast<Clock::duration>(
+                                     std::chrono::duration<double>(k / config.rate_fps));
+            std::this_thread::sleep_until(due);
+          }
+          const std::optional<int> slot = ring.acquire();
+          if (!slot) return;  // aborted
+          // Open loop: the frame was captured when it was due, and a producer blocked by a full
+          // ring makes it late (queueing counts in its latency). Closed loop: the frame is
+          // captured when a slot is free to take it.
+          const Clock::time_point captured = config.rate_fps > 0 ? due : Clock::now();
+          {
+            NvtxRange r("draw frame");
+            video.render(k, slots[*slot].data(), static_cast<std::size_t>(video.width()) * 3);
+          }
+          ring.publish(*slot, k, captured);
+          ++produced;
+        }
+        ring.close();
+      } catch (const std::exception& e) {
+        shared.fail(std::string("producer: ") + e.what(), produced, "produce", ring);
+      }
+    });
+    // Wait for the end: every worker leaves when the ring is finished or aborted.
+    for (std::size_t i = 0; i < threads.size(); ++i) threads[i].join();
+    // Joiner's destructor finds nothing left to join.
+  }
+  RunReport report;
+  report.cpu_s = process_cpu_s() - cpu0;
+  if (shared.failed) {
+    throw PipelineError(shared.error, shared.error_frame, shared.error_stage);
+  }
+  report.results = std::move(shared.results);
+  report.trace = std::move(shared.trace);
+  report.dropped = ring.dropped();
+  report.produced = produced;
+  // Wall time: the start barrier (warm-up done) to the last thread's exit (the last result).
+  report.wall_s = 1e-6 * us_between(shared.start, Clock::now());
+  return report;
+}
+
+// ------------------------------------------------- 4. the serial tutorial loop, measurements
+
+RunReport run_serial_tutorial(const PipelineConfig& config, const EngineSpec& spec) {
+  PipelineConfig c = config;
+  c.batch = 1;
+  c.workers = 1;
+  validate(c);
+  validate_engine_shape(c, spec.shape);
+  bind_worker_device(c.devices.front());
+  const SyntheticVideo video(c.frame_width, c.frame_height, c.num_classes);
+  std::vector<std::uint8_t> frame(video.frame_bytes());  // pageable, as in most tutorials
+  course::Stream stream;
+  std::unique_ptr<Engine> engine = spec.make(0);
+  const lesson08::OutputSpec out = engine->output_spec();
+  const Letterbox lb =
+      course::make_letterbox(c.frame_width, c.frame_height, c.input_width, c.input_height);
+  course::DeviceBuffer<std::uint8_t> d_frame(video.frame_bytes());
+  course::DeviceBuffer<float> input(static_cast<std::size_t>(3) * c.input_height * c.input_width);
+  course::DeviceBuffer<float> output(out.elements());
+  lesson08::GpuPostprocessor post(out, lb, c.post);
+  const lesson06::ImageView view{d_frame.data(), c.frame_width, c.frame_height, 3,
+                                 static_cast<std::size_t>(c.frame_width) * 3};
+  RunReport report;
+  const Clock::time_point start = Clock::now();
+  const double cpu0 = process_cpu_s();
+  for (std::int64_t k = 0; k < c.frames; ++k) {
+    NvtxRange range("serial frame");
+    const Clock::time_point captured = Clock::now();
+    video.render(k, frame.data(), static_cast<std::size_t>(c.frame_width) * 3);
+    // Pageable: the driver stages the copy through its own pinned buffer, and the call returns
+    // only when the copy is done (Programming Guide, "Page-Locked Host Memory").
+    CUDA_CHECK(cudaMemcpy(d_frame.data(), frame.data(), frame.size(), cudaMemcpyHostToDevice));
+    lesson06::letterbox_v3_vec4(view, input.data(), c.input_width, c.input_height, {}, stream);
+    engine->set_batch(1);
+    engine->set_input(input.data());
+    engine->set_output(output.data());
+    engine->set_batch_frames(&k, 1);
+    if (!engine->enqueue(stream)) {
+      throw PipelineError("serial loop, frame " + std::to_string(k) +
+                              ", stage engine: Engine::enqueue returned false",
+                          k, "engine");
+    }
+    post.enqueue(output.data(), out.elements(), stream);
+    stream.synchronize();
+    FrameResult r;
+    r.frame = k;
+    r.worker = 0;
+    r.batch = 1;
+    r.detections = post.result().detections;
+    r.latency_us = us_between(captured, Clock::now());
+    report.results.push_back(std::move(r));
+  }
+  report.produced = c.frames;
+  report.cpu_s = process_cpu_s() - cpu0;
+  report.wall_s = 1e-6 * us_between(start, Clock::now());
+  return report;
+}
+
+double measure_pinned_h2d_gbps(std::size_t bytes, int reps) {
+  if (bytes == 0 || reps < 1) {
+    throw std::invalid_argument("measure_pinned_h2d_gbps: expected bytes >= 1 and reps >= 1");
+  }
+  course::PinnedBuffer<std::uint8_t> host(bytes);
+  course::DeviceBuffer<std::uint8_t> device(bytes);
+  std::memset(host.data(), 1, bytes);
+  course::Stream stream;
+  std::vector<double> gbps;
+  for (int r = 0; r < reps + 1; ++r) {  // the first is a warm-up
+    const float ms = course::time_on_stream_ms(stream, [&] {
+      CUDA_CHECK(cudaMemcpyAsync(device.data(), host.data(), bytes, cudaMemcpyHostToDevice,
+                                 stream));
+    });
+    if (r > 0) gbps.push_back(static_cast<double>(bytes) / (ms * 1e-3) * 1e-9);
+  }
+  return percentile(gbps, 50);
+}
+
+double measure_gpu_us_per_frame(const PipelineConfig& config, const EngineSpec& spec, int batch,
+                                int reps) {
+  PipelineConfig c = config;
+  c.batch = batch;
+  c.queue_depth = std::max(c.queue_depth, batch);
+  validate(c);
+  validate_engine_shape(c, spec.shape);
+  if (reps < 1) throw std::invalid_argument("measure_gpu_us_per_frame: reps must be >= 1");
+  bind_worker_device(c.devices.front());
+  course::Stream stream;
+  std::unique_ptr<Engine> engine = spec.make(0);
+  const lesson08::OutputSpec out = engine->output_spec();
+  const Letterbox lb =
+      course::make_letterbox(c.frame_width, c.frame_height, c.input_width, c.input_height);
+  const SyntheticVideo video(c.frame_width, c.frame_height, c.num_classes);
+  BufferSet set;
+  set.frames = course::DeviceBuffer<std::uint8_t>(video.frame_bytes() * batch);
+  set.input = course::DeviceBuffer<float>(static_cast<std::size_t>(3) * c.input_height *
+                                          c.input_width * batch);
+  set.output = course::DeviceBuffer<float>(out.elements() * batch);
+  for (int i = 0; i < batch; ++i) {
+    set.post.push_back(std::make_unique<lesson08::GpuPostprocessor>(out, lb, c.post));
+  }
+  set.graphs.resize(static_cast<std::size_t>(batch) + 1);
+  {  // real frames, so that the engine and NMS do their real work
+    std::vector<std::uint8_t> host(video.frame_bytes());
+    for (int i = 0; i < batch; ++i) {
+      video.render(i, host.data(), static_cast<std::size_t>(c.frame_width) * 3);
+      CUDA_CHECK(cudaMemcpy(set.frames.data() + i * host.size(), host.data(), host.size(),
+                            cudaMemcpyHostToDevice));
+    }
+  }
+  const std::size_t out_elems = out.elements();
+  enqueue_device_work(set, *engine, c, batch, out_elems, stream, false);  // warm-up
+  stream.synchronize();
+  if (c.graphs) {
+    set.graphs[batch].capture(stream, [&] {
+      enqueue_device_work(set, *engine, c, batch, out_elems, stream, false);
+    });
+  }
+  // Back to back: the stream never idles between batches, so the interval is GPU busy time
+  // (plus the gaps the host's launches cannot hide, which the pipeline pays too).
+  const float ms = course::time_on_stream_ms(stream, [&] {
+    for (int r = 0; r < reps; ++r) {
+      if (c.graphs) {
+        set.graphs[batch].launch(stream);
+      } else {
+        enqueue_device_work(set, *engine, c, batch, out_elems, stream, false);
+      }
+    }
+  });
+  return 1e3 * ms / (static_cast<double>(reps) * batch);
+}
+
+double measure_host_us_per_frame(const PipelineConfig& config, int reps) {
+  if (reps < 1) throw std::invalid_argument("measure_host_us_per_frame: reps must be >= 1");
+  const SyntheticVideo video(config.frame_width, config.frame_height, config.num_classes);
+  course::PinnedBuffer<std::uint8_t> slot(video.frame_bytes());
+  std::vector<double> us;
+  for (int r = 0; r < reps + 1; ++r) {
+    const Clock::time_point t0 = Clock::now();
+    video.render(r, slot.data(), static_cast<std::size_t>(video.width()) * 3);
+    if (r > 0) us.push_back(us_between(t0, Clock::now()));
+  }
+  return percentile(us, 50);
+}
+
+}  // namespace lesson09

@@ -1,0 +1,203 @@
+// Lesson 09: the detector pipeline. Frames in, boxes out, on N worker threads, overlapped.
+//
+//   producer thread          worker thread w (one per stream set, N of them)
+//   ---------------          ------------------------------------------------------------------
+//   acquire a pinned slot    take up to B filled slots (dynamic batcher: B frames or T us)
+//   draw frame k into it     H2D copies (copy stream) -> event `copied` -> release the slots
+//   publish(slot, k, t)      letterbox (lesson 06 v4) -> Engine::enqueue -> decode + NMS +
+//                            D2H (lesson 08), all on the compute stream (or one CUDA graph)
+//                            event `done` -> results, tagged with their frame id
+//
+// Results are tagged with the frame id and delivered in completion order (not frame order:
+// with N workers frame k+1 may finish before frame k; a consumer that needs order sorts by id).
+// Each worker binds its device (cudaSetDevice) before it creates anything, and owns its
+// streams, buffers, engine and postprocess workspace: nothing is shared between workers but the
+// slot ring (host memory, a mutex) and the results list.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "pipeline_host.hpp"
+#include "postprocess.cuh"  // lesson 08
+
+namespace lesson09 {
+
+// ------------------------------------------------------------------------------------ engine
+
+// The shape of TensorRT's IExecutionContext (not TensorRT: it is not packaged for the machines
+// this course is tested on; README.md shows where it goes):
+//   set_batch(b)        IExecutionContext::setInputShape("images", {b, 3, H, W})
+//   set_input(ptr)      setTensorAddress("images", ptr)     device [b, 3, H, W] float RGB
+//   set_output(ptr)     setTensorAddress("output0", ptr)    device [b, 4 + C, N] float (YOLOv8)
+//   enqueue(stream)     enqueueV3(stream): asynchronous, no host synchronisation; false on
+//                       failure (as enqueueV3 returns false)
+// One instance per worker thread, created on that thread after its device is bound, as one
+// IExecutionContext per thread (a context is not safe to share between concurrent enqueues).
+class Engine {
+ public:
+  virtual ~Engine() = default;
+  virtual TensorShape input_shape() const = 0;          // the largest batch it was built for
+  virtual lesson08::OutputSpec output_spec() const = 0;  // one image's output: [4 + C, N]
+  virtual void set_batch(int batch) = 0;                 // 1 <= batch <= input_shape().batch
+  virtual void set_input(const float* device_input) = 0;
+  virtual void set_output(float* device_output) = 0;
+  virtual bool enqueue(cudaStream_t stream) = 0;
+  // Which frames the next enqueue holds (a host-side hook, called before it: logging; the
+  // failing test engine uses it). Not part of TensorRT's interface.
+  virtual void set_batch_frames(const std::int64_t* frames, int count) {
+    (void)frames;
+    (void)count;
+  }
+  virtual std::string name() const = 0;
+};
+
+// The course's engine. It computes its answer from the pixels, so that a routing or a
+// synchronisation bug shows up as wrong boxes:
+//   1. for each image of the batch and each class c, the bounding box of the pixels whose RGB is
+//      within kColourTolerance of class_colour(c) (SyntheticVideo draws objects in them);
+//   2. writes the YOLOv8 output [4 + C, N] per image: for each class found, kAnchorsPerClass
+//      candidates (anchor 0 the box itself, score 0.95; the others jittered by up to ~1.5 px
+//      and 4% in size, scores 0.90, 0.85, ...: duplicates for NMS to remove) and N - C x 8
+//      background candidates with scores below 0.2 (the decode's confidence filter removes
+//      them; the default threshold is 0.25);
+//   3. then spends a stated amount of real GPU work standing in for a network: a chain of
+//      cuBLAS SGEMMs, each 1024 x (1024 b) x 1024 (2.147 GFLOP per frame), as many as make
+//      `gflop_per_frame` (rounded to whole GEMMs; 0: none).
+// Default 8.7 GFLOP per frame: YOLOv8n at 640x640 (Ultralytics' published figure), rounded to
+// 4 GEMMs = 8.59 GFLOP. In FP32 (no TF32) this is roughly what the smallest YOLOv8 costs a
+// TensorRT FP16 engine on a data-centre GPU once latency overheads are counted, and it keeps
+// the GPU stage comparable to the 1080p upload, which is the point of the lesson (which stage
+// bounds the pipeline depends on it: try --gflop 0 and --gflop 86).
+constexpr int kCandidates = 8400;  // YOLOv8 at 640x640: 80^2 + 40^2 + 20^2
+constexpr int kAnchorsPerClass = 8;
+constexpr double kDefaultGflopPerFrame = 8.7;
+constexpr int kGemmSide = 1024;
+
+struct ColorEngineOptions {
+  TensorShape input{};           // max batch, 3, H, W
+  int num_classes = 4;           // 1..kMaxClasses
+  int num_candidates = kCandidates;  // >= num_classes * kAnchorsPerClass
+  double gflop_per_frame = kDefaultGflopPerFrame;  // >= 0
+};
+
+class ColorEngine : public Engine {
+ public:
+  // Allocates on the current device. Throws std::invalid_argument for bad options.
+  explicit ColorEngine(const ColorEngineOptions& options);
+  ~ColorEngine() override;
+  ColorEngine(const ColorEngine&) = delete;
+  ColorEngine& operator=(const ColorEngine&) = delete;
+
+  TensorShape input_shape() const override { return options_.input; }
+  lesson08::OutputSpec output_spec() const override;
+  void set_batch(int batch) override;
+  void set_input(const float* device_input) override { input_ = device_input; }
+  void set_output(float* device_output) override { output_ = device_output; }
+  bool enqueue(cudaStream_t stream) override;
+  std::string name() const override { return "ColorEngine"; }
+
+  int gemms_per_frame() const { return gemms_; }
+  double real_gflop_per_frame() const;  // what the GEMM chain really does
+
+ private:
+  ColorEngineOptions options_;
+  int batch_ = 1;
+  int gemms_ = 0;
+  const float* input_ = nullptr;
+  float* output_ = nullptr;
+  course::DeviceBuffer<int> boxes_;  // [B][C][4] min x, min y, max x, max y (pixel indices)
+  course::DeviceBuffer<float> weights_, act0_, act1_;  // the stand-in's operands
+  course::DeviceBuffer<std::uint8_t> cublas_workspace_;
+  void* cublas_ = nullptr;  // cublasHandle_t
+};
+
+// Test only: a ColorEngine whose enqueue returns false when its batch holds frame `fail_frame`.
+class FailingEngine : public ColorEngine {
+ public:
+  FailingEngine(const ColorEngineOptions& options, std::int64_t fail_frame)
+      : ColorEngine(options), fail_frame_(fail_frame) {}
+  void set_batch_frames(const std::int64_t* frames, int count) override;
+  bool enqueue(cudaStream_t stream) override;
+  std::string name() const override { return "FailingEngine"; }
+
+ private:
+  std::int64_t fail_frame_;
+  bool fail_next_ = false;
+};
+
+// How the pipeline gets an engine: its shape, checked against the config before any thread
+// starts, and a factory that each worker calls on its own thread, after binding its device.
+struct EngineSpec {
+  TensorShape shape{};
+  std::function<std::unique_ptr<Engine>(int worker)> make;
+};
+EngineSpec color_engine_spec(const PipelineConfig& config, double gflop_per_frame);
+EngineSpec failing_engine_spec(const PipelineConfig& config, std::int64_t fail_frame);
+
+// ---------------------------------------------------------------------------------- pipeline
+
+// One frame's answer.
+struct FrameResult {
+  std::int64_t frame = -1;
+  int worker = -1;
+  int batch = 0;                                  // frames in the engine call that served it
+  std::vector<lesson08::Detection> detections;    // source pixels, NMS order
+  double latency_us = 0;                          // capture (producer) -> result on the host
+};
+
+struct RunReport {
+  std::vector<FrameResult> results;  // completion order, each tagged with its frame id
+  std::vector<std::int64_t> dropped; // frames the drop-oldest policy dropped
+  std::int64_t produced = 0;         // frames the producer published
+  double wall_s = 0;                 // first capture to last result
+  double cpu_s = 0;                  // process CPU time (all threads) over the same span
+  std::vector<TraceEvent> trace;     // when config.trace
+  double fps() const { return wall_s > 0 ? static_cast<double>(results.size()) / wall_s : 0.0; }
+  LatencySummary latency() const;    // of latency_us
+  double first_latency_us() const;   // latency of the lowest frame id served
+};
+
+// A failure inside the pipeline: which frame (the first of its batch; -1 if none), which stage.
+class PipelineError : public std::runtime_error {
+ public:
+  PipelineError(const std::string& what, std::int64_t frame, std::string stage)
+      : std::runtime_error(what), frame_(frame), stage_(std::move(stage)) {}
+  std::int64_t frame() const { return frame_; }
+  const std::string& stage() const { return stage_; }
+
+ private:
+  std::int64_t frame_;
+  std::string stage_;
+};
+
+// Runs the producer and config.workers workers until config.frames frames were produced and
+// served (or dropped). Throws std::invalid_argument (validate, validate_engine_shape) before any
+// thread starts; PipelineError for a failure inside ("worker 1, frames 37..40, stage engine:
+// ..."), after stopping and joining every thread (nothing hangs, nothing leaks: RAII).
+RunReport run_pipeline(const PipelineConfig& config, const EngineSpec& engine);
+
+// The loop most tutorials write, on the calling thread: pageable memory, synchronous
+// cudaMemcpy, one stream, one frame at a time (config.frames frames; batch, workers, graphs
+// ignored). The baseline of the table.
+RunReport run_serial_tutorial(const PipelineConfig& config, const EngineSpec& engine);
+
+// ------------------------------------------------------------------------------ measurements
+
+// Pinned H2D bandwidth, GB/s (1e9 B/s): median of `reps` cudaMemcpyAsync of `bytes` timed with
+// events, on the current device.
+double measure_pinned_h2d_gbps(std::size_t bytes, int reps = 10);
+// The GPU busy time per frame of the device-side sequence (letterbox, engine, postprocess) for a
+// batch of `batch`, back to back on one stream (graphs per config.graphs), microseconds.
+double measure_gpu_us_per_frame(const PipelineConfig& config, const EngineSpec& engine, int batch,
+                                int reps = 20);
+// The producer's CPU time per frame (SyntheticVideo::render into pinned memory), microseconds.
+double measure_host_us_per_frame(const PipelineConfig& config, int reps = 20);
+
+}  // namespace lesson09

@@ -1,0 +1,48 @@
+// Lesson 09: the exercise solutions. Read them after you have tried.
+//
+// Not compiled on its own: pipeline_host.cpp includes this file at its end, in the lesson build
+// only. The exercise build (make check LESSON=09) defines LESSON_EXERCISE_BUILD, which leaves it
+// out, and exercise.cu supplies the same functions.
+#pragma once
+
+#include "common/cuda_check.hpp"
+#include "pipeline_host.hpp"
+
+namespace lesson09 {
+
+// Exercise 1. A full batch goes at once; a partial one only when its oldest frame has waited its
+// budget (or no more frames will come): the latency of one frame is bounded by max_wait_us plus
+// one batch's service time, and under load batches fill before the deadline.
+int batch_to_take(int queued, double oldest_wait_us, int max_batch, double max_wait_us,
+                  bool closing) {
+  if (queued <= 0) return 0;
+  if (queued >= max_batch) return max_batch;
+  if (closing || oldest_wait_us >= max_wait_us) return queued;
+  return 0;
+}
+
+// Exercise 2. The current device belongs to the calling host thread; set it before the thread
+// creates anything, and check that it took.
+void bind_worker_device(int device) {
+  if (device < 0) {
+    throw std::invalid_argument("bind_worker_device: device ordinal must be >= 0, got " +
+                                std::to_string(device));
+  }
+  CUDA_CHECK(cudaSetDevice(device));
+  int current = -1;
+  CUDA_CHECK(cudaGetDevice(&current));
+  if (current != device) {
+    throw std::runtime_error("bind_worker_device: asked for device " + std::to_string(device) +
+                             ", the thread is on " + std::to_string(current));
+  }
+}
+
+// Exercise 3. The copy engine reads the pinned slot when the stream reaches the copy, which may
+// be long after cudaMemcpyAsync returned (it queues behind the batch before it). Only the event
+// recorded after the copy says the bytes have left the slot.
+void release_after_copy(SlotRing& ring, const std::vector<int>& slots, cudaEvent_t copied) {
+  CUDA_CHECK(cudaEventSynchronize(copied));
+  for (int s : slots) ring.release(s);
+}
+
+}  // namespace lesson09
