@@ -75,8 +75,8 @@ void validate_nv12(const Nv12View& f, const char* who) {
   }
   check_size(f.width, f.height, "NV12 frame", who);
   if (f.y == nullptr || f.uv == nullptr) {
-    throw std::invalid_argument(prefix(who) + "NV12 frame: the " +
-                                (f.y == nullptr ? "Y" : "UV") + " plane pointer is null");
+    throw std::invalid_argument(prefix(who) + "NV12 frame: the " + (f.y == nullptr ? "Y" : "UV") +
+                                " plane pointer is null");
   }
   if (f.y_pitch < static_cast<std::size_t>(f.width)) {
     throw std::invalid_argument(prefix(who) + "NV12 Y pitch " + std::to_string(f.y_pitch) +
@@ -84,9 +84,9 @@ void validate_nv12(const Nv12View& f, const char* who) {
   }
   const std::size_t uv_row = 2 * ((static_cast<std::size_t>(f.width) + 1) / 2);
   if (f.uv_pitch < uv_row) {
-    throw std::invalid_argument(prefix(who) + "NV12 UV pitch " + std::to_string(f.uv_pitch) +
-                                " bytes is smaller than 2 x ceil(width / 2) = " +
-                                std::to_string(uv_row));
+    throw std::invalid_argument(
+        prefix(who) + "NV12 UV pitch " + std::to_string(f.uv_pitch) +
+        " bytes is smaller than 2 x ceil(width / 2) = " + std::to_string(uv_row));
   }
 }
 
@@ -309,7 +309,8 @@ DeviceNv12::DeviceNv12(int width, int height) : width_(width), height_(height) {
   y_pitch_ = padded(static_cast<std::size_t>(width));
   uv_pitch_ = padded(2 * ((static_cast<std::size_t>(width) + 1) / 2));
   y_ = course::DeviceBuffer<std::uint8_t>(y_pitch_ * height);
-  uv_ = course::DeviceBuffer<std::uint8_t>(uv_pitch_ * ((static_cast<std::size_t>(height) + 1) / 2));
+  uv_ =
+      course::DeviceBuffer<std::uint8_t>(uv_pitch_ * ((static_cast<std::size_t>(height) + 1) / 2));
 }
 
 void DeviceNv12::upload(const Nv12View& host, cudaStream_t stream) {
@@ -322,8 +323,8 @@ void DeviceNv12::upload(const Nv12View& host, cudaStream_t stream) {
   CUDA_CHECK(cudaMemcpy2DAsync(y_.data(), y_pitch_, host.y, host.y_pitch, width_, height_,
                                cudaMemcpyHostToDevice, stream));
   CUDA_CHECK(cudaMemcpy2DAsync(uv_.data(), uv_pitch_, host.uv, host.uv_pitch,
-                               2 * ((static_cast<std::size_t>(width_) + 1) / 2),
-                               (height_ + 1) / 2, cudaMemcpyHostToDevice, stream));
+                               2 * ((static_cast<std::size_t>(width_) + 1) / 2), (height_ + 1) / 2,
+                               cudaMemcpyHostToDevice, stream));
 }
 
 // ------------------------------------------------------------------------ DeviceTable
@@ -720,9 +721,9 @@ Nv12FrameParams frame_params(const Nv12View& f, const WarpTableView& table) {
 
 // v4 and v6: validate every frame, then one launch per kMaxFramesPerLaunch frames.
 template <class View, class T>
-std::vector<Letterbox> launch_batched(const std::vector<View>& frames, T* dst, int dst_w,
-                                      int dst_h, const YuvToRgb& k, const Normalize& norm,
-                                      cudaStream_t stream, const char* who) {
+std::vector<Letterbox> launch_batched(const std::vector<View>& frames, T* dst, int dst_w, int dst_h,
+                                      const YuvToRgb& k, const Normalize& norm, cudaStream_t stream,
+                                      const char* who) {
   validate_target(dst_w, dst_h, who);
   validate_normalize(norm, who);
   std::vector<Letterbox> geometry;
@@ -748,9 +749,9 @@ std::vector<Letterbox> launch_batched(const std::vector<View>& frames, T* dst, i
       tables.push_back(device_table(prepared[first + i].inv, dst_w, dst_h, stream));
       batch.frame[i] = frame_params(frames[first + i], tables.back().view());
     }
-    letterbox_batched_kernel<Frame, T><<<grid_for(dst_w, dst_h, kPixelsPerThread, count),
-                                         dim3(kBlockX, kBlockY), 0, stream>>>(
-        batch, k, dst + first * frame_elems, dst_w, dst_h, t);
+    letterbox_batched_kernel<Frame, T>
+        <<<grid_for(dst_w, dst_h, kPixelsPerThread, count), dim3(kBlockX, kBlockY), 0, stream>>>(
+            batch, k, dst + first * frame_elems, dst_w, dst_h, t);
     CUDA_CHECK_LAUNCH();
   }
   geometry.reserve(prepared.size());
@@ -764,9 +765,9 @@ Letterbox launch_nv12_v5(const Nv12View& src, T* dst, int dst_w, int dst_h, YuvM
   const char* who = "letterbox_nv12_v5";
   const Prepared p = validate_and_prepare(src, dst, dst_w, dst_h, norm, who);
   const DeviceTable table = device_table(p.inv, dst_w, dst_h, stream);
-  letterbox_nv12_v5_kernel<T><<<grid_for(dst_w, dst_h, kPixelsPerThread), dim3(kBlockX, kBlockY),
-                                0, stream>>>(src, yuv_to_rgb(matrix), table.view(), dst, dst_w,
-                                             dst_h, channel_transform(norm));
+  letterbox_nv12_v5_kernel<T>
+      <<<grid_for(dst_w, dst_h, kPixelsPerThread), dim3(kBlockX, kBlockY), 0, stream>>>(
+          src, yuv_to_rgb(matrix), table.view(), dst, dst_w, dst_h, channel_transform(norm));
   CUDA_CHECK_LAUNCH();
   return p.lb;
 }
@@ -835,8 +836,8 @@ std::vector<Letterbox> letterbox_v4_batched(const std::vector<ImageView>& frames
                         "letterbox_v4_batched");
 }
 
-Letterbox letterbox_nv12_v5(const Nv12View& src, float* dst, int dst_w, int dst_h,
-                            YuvMatrix matrix, const Normalize& norm, cudaStream_t stream) {
+Letterbox letterbox_nv12_v5(const Nv12View& src, float* dst, int dst_w, int dst_h, YuvMatrix matrix,
+                            const Normalize& norm, cudaStream_t stream) {
   return launch_nv12_v5(src, dst, dst_w, dst_h, matrix, norm, stream);
 }
 Letterbox letterbox_nv12_v5(const Nv12View& src, __half* dst, int dst_w, int dst_h,

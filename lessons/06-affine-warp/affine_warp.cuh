@@ -442,9 +442,7 @@ class DeviceNv12 {
   // pitches; keep `host` alive until the stream has passed them). Throws std::invalid_argument
   // if validate_nv12 rejects `host` or its size differs, CudaError if a copy fails.
   void upload(const Nv12View& host, cudaStream_t stream = nullptr);
-  Nv12View view() const {
-    return {y_.data(), uv_.data(), width_, height_, y_pitch_, uv_pitch_};
-  }
+  Nv12View view() const { return {y_.data(), uv_.data(), width_, height_, y_pitch_, uv_pitch_}; }
 
  private:
   course::DeviceBuffer<std::uint8_t> y_, uv_;
@@ -530,7 +528,8 @@ __host__ __device__ inline void bilinear_sample_nv12(const Nv12View& f, const Yu
                                                      SubpixelPos p, std::uint8_t border,
                                                      std::uint8_t out[3]) {
   bilinear_blend(
-      p, border, [&](int tx, int ty) { return tx >= 0 && tx < f.width && ty >= 0 && ty < f.height; },
+      p, border,
+      [&](int tx, int ty) { return tx >= 0 && tx < f.width && ty >= 0 && ty < f.height; },
       [&](int tx, int ty, std::uint8_t bgr[3]) { nv12_pixel_bgr(f, k, tx, ty, bgr); }, out);
 }
 

@@ -243,7 +243,10 @@ void BM_nv12_v5(benchmark::State& state) {
   const double s = course::bench::time_on_gpu(state, d.stream, kTimed, [&] {
     const std::size_t i = d.take();
     T* out = nullptr;
-    if constexpr (std::is_same_v<T, float>) out = d.out(i); else out = d.out16(i);
+    if constexpr (std::is_same_v<T, float>)
+      out = d.out(i);
+    else
+      out = d.out16(i);
     letterbox_nv12_v5(d.nv12_views[i], out, kDstW, kDstH, YuvMatrix::bt601, {}, d.stream);
   });
   report(state, d, d.nv12_read + 3.0 * sizeof(T) * kPixels, s, 1,
@@ -264,7 +267,10 @@ void BM_batched(benchmark::State& state) {
   const double s = course::bench::time_on_gpu(state, d.stream, kTimed, [&] {
     const std::size_t first = (next++ % groups) * b;
     T* out = nullptr;
-    if constexpr (std::is_same_v<T, float>) out = d.out(first); else out = d.out16(first);
+    if constexpr (std::is_same_v<T, float>)
+      out = d.out(first);
+    else
+      out = d.out16(first);
     if constexpr (F == Format::bgr) {
       const std::vector<ImageView> frames(d.views.begin() + first, d.views.begin() + first + b);
       if constexpr (std::is_same_v<T, float>)
@@ -279,8 +285,8 @@ void BM_batched(benchmark::State& state) {
   });
   const double read = F == Format::bgr ? d.src_read : d.nv12_read;
   report(state, d, b * (read + 3.0 * sizeof(T) * kPixels), s, b,
-         std::to_string(b) + " frames, 1 launch, " + (F == Format::bgr ? "BGR" : "NV12") +
-             " -> " + (sizeof(T) == 4 ? "FP32" : "FP16"));
+         std::to_string(b) + " frames, 1 launch, " + (F == Format::bgr ? "BGR" : "NV12") + " -> " +
+             (sizeof(T) == 4 ? "FP32" : "FP16"));
 }
 
 void batch_sizes(benchmark::internal::Benchmark* b) {
@@ -307,8 +313,14 @@ BENCHMARK(BM_v4_batched_x32)->Apply(sizes);
 BENCHMARK_TEMPLATE(BM_nv12_v5, float)->Name("BM_nv12_v5_fp32")->Apply(sizes);
 BENCHMARK_TEMPLATE(BM_nv12_v5, __half)->Name("BM_nv12_v5_fp16")->Apply(sizes);
 BENCHMARK_TEMPLATE(BM_batched, Format::bgr, float)->Name("BM_batched_bgr_fp32")->Apply(batch_sizes);
-BENCHMARK_TEMPLATE(BM_batched, Format::bgr, __half)->Name("BM_batched_bgr_fp16")->Apply(batch_sizes);
-BENCHMARK_TEMPLATE(BM_batched, Format::nv12, float)->Name("BM_batched_nv12_fp32")->Apply(batch_sizes);
-BENCHMARK_TEMPLATE(BM_batched, Format::nv12, __half)->Name("BM_batched_nv12_fp16")->Apply(batch_sizes);
+BENCHMARK_TEMPLATE(BM_batched, Format::bgr, __half)
+    ->Name("BM_batched_bgr_fp16")
+    ->Apply(batch_sizes);
+BENCHMARK_TEMPLATE(BM_batched, Format::nv12, float)
+    ->Name("BM_batched_nv12_fp32")
+    ->Apply(batch_sizes);
+BENCHMARK_TEMPLATE(BM_batched, Format::nv12, __half)
+    ->Name("BM_batched_nv12_fp16")
+    ->Apply(batch_sizes);
 
 COURSE_BENCH_MAIN();

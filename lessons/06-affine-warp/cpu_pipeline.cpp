@@ -92,9 +92,10 @@ HostNv12::HostNv12(int w, int h, std::size_t yp, std::size_t uvp) : width(w), he
 HostNv12 nv12_from_bgr(const cv::Mat& bgr) {
   const ImageView v = view_of(bgr);
   if (v.width % 2 != 0 || v.height % 2 != 0) {
-    throw std::invalid_argument("nv12_from_bgr: OpenCV's BGR -> I420 needs an even width and "
-                                "height, got " + std::to_string(v.width) + "x" +
-                                std::to_string(v.height));
+    throw std::invalid_argument(
+        "nv12_from_bgr: OpenCV's BGR -> I420 needs an even width and "
+        "height, got " +
+        std::to_string(v.width) + "x" + std::to_string(v.height));
   }
   cv::Mat i420;  // (3/2 h) x w: Y, then U (h/2 x w/2 packed), then V
   cv::cvtColor(bgr, i420, cv::COLOR_BGR2YUV_I420);
@@ -115,8 +116,8 @@ cv::Mat nv12_to_bgr_opencv(const Nv12View& host) {
   const int ew = host.width + (host.width & 1), eh = host.height + (host.height & 1);
   cv::Mat packed(eh + eh / 2, ew, CV_8UC1);
   for (int r = 0; r < eh; ++r) {
-    const std::uint8_t* src = host.y + static_cast<std::size_t>(std::min(r, host.height - 1)) *
-                                           host.y_pitch;
+    const std::uint8_t* src =
+        host.y + static_cast<std::size_t>(std::min(r, host.height - 1)) * host.y_pitch;
     std::uint8_t* dst = packed.ptr<std::uint8_t>(r);
     std::copy(src, src + host.width, dst);
     if (ew != host.width) dst[ew - 1] = dst[host.width - 1];

@@ -367,8 +367,8 @@ int run(const Options& opt) {
         "   %.3g  [%s]\n",
         nv12_diff, verdict(nv12_diff <= 1.0 / 255 + 1e-6));
     const std::vector<float> v5_709 = v5_f32(YuvMatrix::bt709);
-    const bool same_709 =
-        v5_709 == letterbox_nv12_reference(nv12.view(), opt.width, opt.height, YuvMatrix::bt709, norm);
+    const bool same_709 = v5_709 == letterbox_nv12_reference(nv12.view(), opt.width, opt.height,
+                                                             YuvMatrix::bt709, norm);
     std::printf("   BT.709 (OpenCV has no BT.709 NV12 conversion) vs the CPU reference: %s  [%s]\n",
                 same_709 ? "identical" : "DIFFERENT", verdict(same_709));
     // FP16: the FP32 values rounded once to nearest even; checked against the CPU's rounding.
@@ -382,9 +382,10 @@ int run(const Options& opt) {
       const __half want = __float2half_rn(v5[i]);  // cuda_fp16.h's host conversion
       f16_wrong += std::memcmp(&want, &v5_f16[i], sizeof want) != 0;
     }
-    std::printf("   FP16 output: %zu of %zu values differ from the FP32 output rounded to nearest "
-                "even  [%s]\n",
-                f16_wrong, v5.size(), verdict(f16_wrong == 0));
+    std::printf(
+        "   FP16 output: %zu of %zu values differ from the FP32 output rounded to nearest "
+        "even  [%s]\n",
+        f16_wrong, v5.size(), verdict(f16_wrong == 0));
     // A batch of NV12 frames of different sizes, FP16, one launch: each frame against v5 alone.
     std::vector<HostNv12> batch_host;
     for (const cv::Size size : {cv::Size(src.cols, src.rows), cv::Size(1280, 720),
@@ -409,37 +410,37 @@ int run(const Options& opt) {
     std::printf("   v6 batched NV12 -> FP16, %zu frames (", batch_views.size());
     for (std::size_t i = 0; i < batch_views.size(); ++i) {
       std::printf("%s%dx%d", i ? ", " : "", batch_views[i].width, batch_views[i].height);
-      letterbox_nv12_v5(batch_views[i], d_f16.data(), opt.width, opt.height, YuvMatrix::bt601,
-                        norm, stream);
+      letterbox_nv12_v5(batch_views[i], d_f16.data(), opt.width, opt.height, YuvMatrix::bt601, norm,
+                        stream);
       stream.synchronize();
       const std::vector<__half> one = course::to_host(d_f16);
       nv12_batch_ok = nv12_batch_ok && std::memcmp(one.data(), batch16.data() + i * 3 * pixels,
                                                    one.size() * sizeof(__half)) == 0;
     }
-    std::printf(") in one launch: %s  [%s]\n", nv12_batch_ok ? "each frame identical to v5" :
-                                                               "MISMATCH",
-                verdict(nv12_batch_ok));
+    std::printf(") in one launch: %s  [%s]\n",
+                nv12_batch_ok ? "each frame identical to v5" : "MISMATCH", verdict(nv12_batch_ok));
     // Time: NV12 against BGR for the same frame (GPU time, L2 flushed, medians of 51).
     const Times bgr_t = median_times_us(stream, runs, [&] {
       letterbox_v3_vec4(d_src.view(), d_f32.data(), opt.width, opt.height, norm, stream);
     });
     const Times nv12_t = median_times_us(stream, runs, [&] {
-      letterbox_nv12_v5(d_nv12.view(), d_f32.data(), opt.width, opt.height, YuvMatrix::bt601,
-                        norm, stream);
+      letterbox_nv12_v5(d_nv12.view(), d_f32.data(), opt.width, opt.height, YuvMatrix::bt601, norm,
+                        stream);
     });
     const Times nv12_f16_t = median_times_us(stream, runs, [&] {
-      letterbox_nv12_v5(d_nv12.view(), d_f16.data(), opt.width, opt.height, YuvMatrix::bt601,
-                        norm, stream);
+      letterbox_nv12_v5(d_nv12.view(), d_f16.data(), opt.width, opt.height, YuvMatrix::bt601, norm,
+                        stream);
     });
     const Times batch_t = median_times_us(stream, runs, [&] {
       letterbox_nv12_v6_batched(batch_views, d_batch16.data(), opt.width, opt.height,
                                 YuvMatrix::bt601, norm, stream);
     });
-    std::printf("   GPU time, L2 flushed, medians of %d:  v3 BGR -> FP32 %.1f us;  v5 NV12 -> FP32 "
-                "%.1f us\n   (%.2fx the BGR time);  v5 NV12 -> FP16 %.1f us;  v6 batch of %zu -> "
-                "FP16 %.1f us\n\n",
-                runs, bgr_t.gpu_us, nv12_t.gpu_us, nv12_t.gpu_us / bgr_t.gpu_us, nv12_f16_t.gpu_us,
-                batch_views.size(), batch_t.gpu_us);
+    std::printf(
+        "   GPU time, L2 flushed, medians of %d:  v3 BGR -> FP32 %.1f us;  v5 NV12 -> FP32 "
+        "%.1f us\n   (%.2fx the BGR time);  v5 NV12 -> FP16 %.1f us;  v6 batch of %zu -> "
+        "FP16 %.1f us\n\n",
+        runs, bgr_t.gpu_us, nv12_t.gpu_us, nv12_t.gpu_us / bgr_t.gpu_us, nv12_f16_t.gpu_us,
+        batch_views.size(), batch_t.gpu_us);
     course::add_headline("NV12 frame %.1f us GPU time (%.2fx BGR)", nv12_t.gpu_us,
                          nv12_t.gpu_us / bgr_t.gpu_us);
   } else {

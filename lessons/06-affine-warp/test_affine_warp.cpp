@@ -28,6 +28,7 @@
 #include "common/testing.hpp"
 #include "cpu_pipeline.hpp"
 #include "image_io.hpp"
+#include "npp_baseline.hpp"
 
 using course::testing::Approx;
 using course::testing::Contains;
@@ -1138,8 +1139,7 @@ cv::Mat nv12_to_bgr_lesson(const Nv12View& f, YuvMatrix m) {
 // The letterbox oracle for NV12: a BGR conversion (OpenCV's or the double one), then
 // cv::warpAffine with the letterbox matrix.
 cv::Mat nv12_letterbox_oracle(const cv::Mat& bgr, int dw, int dh) {
-  return opencv_warp(bgr, forward_matrix(bgr.cols, bgr.rows, dw, dh), dw, dh,
-                     cv::BORDER_CONSTANT);
+  return opencv_warp(bgr, forward_matrix(bgr.cols, bgr.rows, dw, dh), dw, dh, cv::BORDER_CONSTANT);
 }
 
 // A float -> half conversion written out bit by bit (IEEE 754 binary16, round to nearest, ties
@@ -1149,12 +1149,13 @@ std::uint16_t half_bits_rne(float value) {
   std::memcpy(&f, &value, 4);
   const std::uint32_t sign = (f >> 16) & 0x8000u;
   const std::uint32_t abs = f & 0x7fffffffu;
-  if (abs >= 0x7f800000u) return static_cast<std::uint16_t>(sign | (abs > 0x7f800000u ? 0x7e00u : 0x7c00u));
+  if (abs >= 0x7f800000u)
+    return static_cast<std::uint16_t>(sign | (abs > 0x7f800000u ? 0x7e00u : 0x7c00u));
   const int exp = static_cast<int>(abs >> 23) - 127;
-  if (exp > 15) return static_cast<std::uint16_t>(sign | 0x7c00u);  // overflow: inf
+  if (exp > 15) return static_cast<std::uint16_t>(sign | 0x7c00u);          // overflow: inf
   std::uint32_t mant = (abs & 0x7fffffu) | (exp >= -126 ? 0x800000u : 0u);  // with the hidden bit
   // The half's value is mant * 2^(exp - 23); in half units of 2^-24 (subnormal) or 2^(e - 10).
-  const int shift = exp >= -14 ? 13 : 13 + (-14 - exp);  // bits of mant dropped
+  const int shift = exp >= -14 ? 13 : 13 + (-14 - exp);     // bits of mant dropped
   if (shift > 24) return static_cast<std::uint16_t>(sign);  // far below the smallest subnormal
   const std::uint32_t kept = mant >> shift;
   const std::uint32_t rest = mant & ((1u << shift) - 1), halfway = 1u << (shift - 1);
@@ -1217,9 +1218,10 @@ TEST_CASE("NV12 conversion: every (Y, U, V) triple, against OpenCV and the exact
     cv::Mat ne;
     cv::compare(mine.reshape(1), exact.reshape(1), ne, cv::CMP_NE);
     const int differ = cv::countNonZero(ne);
-    std::printf("note: %s fixed point vs the exact matrix in double, all 2^24 triples: max %d, "
-                "%d of %d values differ\n",
-                bt709 ? "BT.709" : "BT.601", max_abs_diff(mine, exact), differ, 3 << 24);
+    std::printf(
+        "note: %s fixed point vs the exact matrix in double, all 2^24 triples: max %d, "
+        "%d of %d values differ\n",
+        bt709 ? "BT.709" : "BT.601", max_abs_diff(mine, exact), differ, 3 << 24);
     CHECK(max_abs_diff(mine, exact) <= 1);
   }
 }
@@ -1243,9 +1245,12 @@ TEST_CASE("NV12 chroma addressing: a 2x2 block shares one pair; odd sizes round 
 
 TEST_CASE("NV12 letterbox (CPU reference) equals cvtColor + warpAffine; pitched and odd frames",
           "[nv12][opencv]") {
-  const Case cases[] = {{1920, 1080, 640, 640, "1920x1080"},     {1280, 720, 640, 640, "1280x720"},
-                        {642, 480, 640, 640, "642x480"},         {641, 479, 640, 640, "641x479, odd"},
-                        {1, 1, 16, 16, "1x1"},                   {3, 5, 64, 64, "3x5, odd"},
+  const Case cases[] = {{1920, 1080, 640, 640, "1920x1080"},
+                        {1280, 720, 640, 640, "1280x720"},
+                        {642, 480, 640, 640, "642x480"},
+                        {641, 479, 640, 640, "641x479, odd"},
+                        {1, 1, 16, 16, "1x1"},
+                        {3, 5, 64, 64, "3x5, odd"},
                         {720, 1280, 637, 411, "portrait -> 637x411"}};
   for (const Case& c : cases) {
     CAPTURE(c.what);
@@ -1255,8 +1260,8 @@ TEST_CASE("NV12 letterbox (CPU reference) equals cvtColor + warpAffine; pitched 
       std::vector<std::uint8_t> mine = warp_nv12_reference(f.view(), c.dw, c.dh, m);
       const cv::Mat got = as_mat(mine, c.dw, c.dh);
       if (m == YuvMatrix::bt601) {
-        const int d = max_abs_diff(got, nv12_letterbox_oracle(nv12_to_bgr_opencv(f.view()), c.dw,
-                                                              c.dh));
+        const int d =
+            max_abs_diff(got, nv12_letterbox_oracle(nv12_to_bgr_opencv(f.view()), c.dw, c.dh));
         CHECK(d <= 1);
         if (d != 0) std::printf("note: NV12 %s differs from OpenCV by %d\n", c.what, d);
       }
@@ -1393,9 +1398,12 @@ TEST_CASE("NV12 and FP16 launchers reject bad input before any CUDA call", "[nv1
 // ---------------------------------------------------------------------------- NV12 on the GPU
 
 TEST_CASE("v5 NV12: equals the CPU reference and OpenCV's cvtColor + pipeline", "[gpu][v5]") {
-  const Case cases[] = {{1920, 1080, 640, 640, "1920x1080"},  {641, 479, 640, 640, "641x479, odd"},
-                        {1, 1, 640, 640, "1x1"},              {3, 5, 64, 64, "3x5"},
-                        {1280, 720, 637, 411, "-> 637x411"},  {720, 1280, 640, 640, "portrait"},
+  const Case cases[] = {{1920, 1080, 640, 640, "1920x1080"},
+                        {641, 479, 640, 640, "641x479, odd"},
+                        {1, 1, 640, 640, "1x1"},
+                        {3, 5, 64, 64, "3x5"},
+                        {1280, 720, 637, 411, "-> 637x411"},
+                        {720, 1280, 640, 640, "portrait"},
                         {1920, 1080, 5, 3, "-> 5x3 (tail)"}};
   for (const Case& c : cases) {
     CAPTURE(c.what);
@@ -1428,7 +1436,7 @@ TEST_CASE("v5 NV12: equals the CPU reference and OpenCV's cvtColor + pipeline", 
 TEST_CASE("v6 batched: NV12 and BGR frames of different sizes, float and FP16, frame by frame",
           "[gpu][v6]") {
   // Every frame differs (size and content), so a batch in which only frame 0 is right fails.
-  const std::vector<cv::Size> sizes = {{1920, 1080}, {1280, 720}, {720, 1280}, {641, 479},
+  const std::vector<cv::Size> sizes = {{1920, 1080}, {1280, 720}, {720, 1280},  {641, 479},
                                        {1, 1},       {3, 5},      {1920, 1080}, {333, 2}};
   const int dw = 320, dh = 256;
   const std::size_t frame = 3 * static_cast<std::size_t>(dw) * dh;
@@ -1468,8 +1476,8 @@ TEST_CASE("v6 batched: NV12 and BGR frames of different sizes, float and FP16, f
     CHECK(fp16_mismatches(got, ref) == 0u);
     for (std::size_t i = 0; i < views.size(); ++i) {  // and v4 itself, frame by frame
       CAPTURE(i);
-      const std::vector<float> expected = letterbox_reference(view_of(host[i]), dw, dh,
-                                                              imagenet_normalize());
+      const std::vector<float> expected =
+          letterbox_reference(view_of(host[i]), dw, dh, imagenet_normalize());
       CHECK(std::equal(expected.begin(), expected.end(), ref.begin() + i * frame));
     }
   }
@@ -1489,5 +1497,138 @@ TEST_CASE("v6 batched: NV12 and BGR frames of different sizes, float and FP16, f
           letterbox_nv12_reference(d.host[i].view(), w, h, YuvMatrix::bt709);
       CHECK(std::equal(expected.begin(), expected.end(), got.begin() + i * fr));
     }
+  }
+}
+
+// ---------------------------------------------------------------------------- the NPP baseline
+//
+// NPP is not an oracle here: it is the library a user would call instead, and these tests report
+// how far its letterbox is from cv::warpAffine as measured facts (printed). They assert only what
+// any correct letterbox must do: the rows and columns that are pure padding are exactly 114, and
+// on a smooth image (ramps of at most 0.24 grey levels per source pixel at 1920x1080) the
+// interior differs from OpenCV by at most 2 grey levels: whatever NPP's pixel-centre convention
+// and rounding, a sample within one source pixel of OpenCV's position on such a ramp differs by
+// under 1 grey level before rounding, and the two roundings add at most 1.
+
+namespace {
+
+// B: a horizontal ramp, G: a vertical one, R: a diagonal one; 0..255 across the image.
+cv::Mat ramp_image(int w, int h) {
+  cv::Mat m(h, w, CV_8UC3);
+  for (int y = 0; y < h; ++y) {
+    for (int x = 0; x < w; ++x) {
+      m.at<cv::Vec3b>(y, x) = {
+          static_cast<std::uint8_t>(std::lrint(255.0 * x / (w - 1))),
+          static_cast<std::uint8_t>(std::lrint(255.0 * y / (h - 1))),
+          static_cast<std::uint8_t>(std::lrint(255.0 * (x + y) / (w + h - 2)))};
+    }
+  }
+  return m;
+}
+
+struct Differences {
+  int max = 0;
+  double fraction = 0.0;   // of the values that differ at all
+  int max_interior = 0;    // picture pixels at least 2 pixels from its edge
+  long padding_wrong = 0;  // pure-padding pixels that are not 114
+};
+
+Differences compare_with_opencv(const cv::Mat& got, const cv::Mat& ref, const Letterbox& lb) {
+  Differences d;
+  cv::Mat ne;
+  cv::compare(got.reshape(1), ref.reshape(1), ne, cv::CMP_NE);
+  d.max = max_abs_diff(got, ref);
+  d.fraction = cv::countNonZero(ne) / static_cast<double>(ne.total());
+  const std::vector<bool> pure_rows = pure_padding(got.rows, lb.src_h, lb.scale, lb.pad_y);
+  const std::vector<bool> pure_cols = pure_padding(got.cols, lb.src_w, lb.scale, lb.pad_x);
+  const int x0 = static_cast<int>(std::ceil(lb.pad_x)) + 2,
+            y0 = static_cast<int>(std::ceil(lb.pad_y)) + 2;
+  const int x1 = static_cast<int>(std::floor(lb.pad_x + lb.scale * lb.src_w)) - 3;
+  const int y1 = static_cast<int>(std::floor(lb.pad_y + lb.scale * lb.src_h)) - 3;
+  for (int y = 0; y < got.rows; ++y) {
+    for (int x = 0; x < got.cols; ++x) {
+      const cv::Vec3b a = got.at<cv::Vec3b>(y, x), b = ref.at<cv::Vec3b>(y, x);
+      if (pure_rows[y] || pure_cols[x]) d.padding_wrong += a != cv::Vec3b(114, 114, 114);
+      if (x >= x0 && x <= x1 && y >= y0 && y <= y1) {
+        for (int c = 0; c < 3; ++c)
+          d.max_interior = std::max(d.max_interior, std::abs(a[c] - b[c]));
+      }
+    }
+  }
+  return d;
+}
+
+}  // namespace
+
+TEST_CASE("NPP letterbox (nppiSet + nppiWarpAffine) against cv::warpAffine: measured",
+          "[gpu][npp]") {
+  if (!npp_available()) {
+    std::printf("note: %s: NPP tests skipped\n", npp_build_note().c_str());
+    SUCCEED("NPP not found at build time");
+    return;
+  }
+  std::printf("note: %s\n", npp_build_note().c_str());
+  const Case cases[] = {{1920, 1080, 640, 640, "1920x1080"},
+                        {1280, 720, 640, 640, "1280x720"},
+                        {641, 479, 640, 640, "641x479"}};
+  SECTION("from BGR") {
+    for (const Case& c : cases) {
+      CAPTURE(c.what);
+      course::DeviceBuffer<std::uint8_t> out(3 * static_cast<std::size_t>(c.dw) * c.dh);
+      for (const bool smooth : {true, false}) {
+        const cv::Mat src = smooth ? ramp_image(c.sw, c.sh) : random_image(c.sw, c.sh, 77 + c.sw);
+        const DeviceImage d = upload(src);
+        const Letterbox lb = letterbox_npp_u8(d.view(), out.data(), c.dw, c.dh);
+        REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+        std::vector<std::uint8_t> got = course::to_host(out);
+        const Differences diff =
+            compare_with_opencv(as_mat(got, c.dw, c.dh), letterbox_opencv(src, c.dw, c.dh), lb);
+        std::printf(
+            "note: NPP vs cv::warpAffine, %s %s: max |diff| %d (interior %d), %.2f%% of "
+            "values differ, %ld padding pixels not 114\n",
+            c.what, smooth ? "ramps" : "noise", diff.max, diff.max_interior, 100.0 * diff.fraction,
+            diff.padding_wrong);
+        CHECK(diff.padding_wrong == 0);
+        if (smooth) CHECK(diff.max_interior <= 2);
+      }
+    }
+  }
+  SECTION("from NV12: nppiNV12ToBGR, then the same; against cvtColor(NV12) + warpAffine") {
+    for (const Case& c : cases) {
+      if (c.sw % 2 != 0 || c.sh % 2 != 0) continue;
+      CAPTURE(c.what);
+      // The ramp image as NV12 (BT.601): smooth in Y, U and V.
+      const HostNv12 h = nv12_from_bgr(ramp_image(c.sw, c.sh));
+      DeviceNv12 d(c.sw, c.sh);
+      d.upload(h.view());
+      REQUIRE(d.view().y_pitch == d.view().uv_pitch);  // even width: one pitch, as NPP needs
+      course::DeviceBuffer<std::uint8_t> bgr(3 * static_cast<std::size_t>(c.sw) * c.sh);
+      course::DeviceBuffer<std::uint8_t> out(3 * static_cast<std::size_t>(c.dw) * c.dh);
+      const Letterbox lb = letterbox_npp_nv12_u8(d.view(), bgr.data(), out.data(), c.dw, c.dh);
+      REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+      // NPP's own conversion against OpenCV's, and the letterbox against the OpenCV pipeline.
+      std::vector<std::uint8_t> converted = course::to_host(bgr);
+      const cv::Mat opencv_bgr = nv12_to_bgr_opencv(h.view());
+      std::vector<std::uint8_t> got = course::to_host(out);
+      const Differences diff = compare_with_opencv(as_mat(got, c.dw, c.dh),
+                                                   letterbox_opencv(opencv_bgr, c.dw, c.dh), lb);
+      std::printf(
+          "note: NPP NV12 -> BGR vs cv::cvtColor(COLOR_YUV2BGR_NV12), %s: max |diff| %d; "
+          "its letterbox vs cvtColor + warpAffine: max %d (interior %d), %.2f%% differ\n",
+          c.what, max_abs_diff(as_mat(converted, c.sw, c.sh), opencv_bgr), diff.max,
+          diff.max_interior, 100.0 * diff.fraction);
+      CHECK(diff.padding_wrong == 0);
+    }
+  }
+  SECTION("bad input is refused before any NPP call") {
+    const Nv12View odd_pitch{reinterpret_cast<const std::uint8_t*>(16),
+                             reinterpret_cast<const std::uint8_t*>(16),
+                             8,
+                             8,
+                             8,
+                             16};
+    std::uint8_t* any = reinterpret_cast<std::uint8_t*>(16);
+    CHECK_THROWS_AS(letterbox_npp_nv12_u8(odd_pitch, any, any, 16, 16), std::invalid_argument);
+    CHECK_THROWS_AS(letterbox_npp_u8(ImageView{}, any, 16, 16), std::invalid_argument);
   }
 }
