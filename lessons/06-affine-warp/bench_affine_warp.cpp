@@ -26,6 +26,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -40,6 +41,7 @@
 #include "common/memory.hpp"
 #include "common/stream.hpp"
 #include "cpu_pipeline.hpp"
+#include "npp_baseline.hpp"
 
 using namespace lesson06;
 
@@ -161,14 +163,20 @@ void BM_cpu_opencv_pipeline(benchmark::State& state) {
   state.SetLabel(d.size() + ", CPU, " + std::to_string(cv::getNumThreads()) + " OpenCV threads");
 }
 
+// A uint8 letterbox (v1, or NPP's), then, with `convert`, the second kernel of the unfused path.
+using U8Letterbox = Letterbox (*)(const ImageView&, std::uint8_t*, int, int, cudaStream_t);
+double time_u8_path(benchmark::State& state, Data& d, U8Letterbox u8, bool convert) {
+  return course::bench::time_on_gpu(state, d.stream, kTimed, [&] {
+    const std::size_t i = d.take();
+    u8(d.views[i], d.u8[i].data(), kDstW, kDstH, d.stream);
+    if (convert) hwc_u8_to_chw_f32(d.u8[i].data(), kDstW, kDstH, d.out(i), {}, d.stream);
+  });
+}
+
 // ---- The unfused GPU path: warp to uint8, then a second kernel converts. The baseline.
 void BM_gpu_unfused(benchmark::State& state) {
   Data& d = data(state);
-  const double s = course::bench::time_on_gpu(state, d.stream, kTimed, [&] {
-    const std::size_t i = d.take();
-    letterbox_v1_u8(d.views[i], d.u8[i].data(), kDstW, kDstH, d.stream);
-    hwc_u8_to_chw_f32(d.u8[i].data(), kDstW, kDstH, d.out(i), {}, d.stream);
-  });
+  const double s = time_u8_path(state, d, letterbox_v1_u8, true);
   g_unfused_seconds[d.size()].push_back(s);
   // The intermediate is written by the first kernel and read back by the second.
   report(state, d, d.src_read + 2 * kU8Bytes + kF32Bytes, s, 1, "rotated, 2 kernels");
@@ -176,10 +184,7 @@ void BM_gpu_unfused(benchmark::State& state) {
 
 void BM_v1_warp_u8(benchmark::State& state) {
   Data& d = data(state);
-  const double s = course::bench::time_on_gpu(state, d.stream, kTimed, [&] {
-    const std::size_t i = d.take();
-    letterbox_v1_u8(d.views[i], d.u8[i].data(), kDstW, kDstH, d.stream);
-  });
+  const double s = time_u8_path(state, d, letterbox_v1_u8, false);
   report(state, d, d.src_read + kU8Bytes, s, 1, "rotated, uint8 HWC out only");
 }
 
@@ -287,6 +292,39 @@ void BM_batched(benchmark::State& state) {
   report(state, d, b * (read + 3.0 * sizeof(T) * kPixels), s, b,
          std::to_string(b) + " frames, 1 launch, " + (F == Format::bgr ? "BGR" : "NV12") + " -> " +
              (sizeof(T) == 4 ? "FP32" : "FP16"));
+}
+
+// ---- NPP, the library a user would call instead (npp_baseline.hpp): nppiSet + nppiWarpAffine
+// (uint8 BGR out), the same plus the lesson's hwc_u8_to_chw_f32 for the float tensor, and from
+// NV12 (nppiNV12ToBGR into one scratch frame first). Registered only when the build found NPP.
+void BM_npp_u8(benchmark::State& state) {
+  Data& d = data(state);
+  const double s = time_u8_path(state, d, letterbox_npp_u8, false);
+  // NPP's warp may read other source bytes than ours; the count is the lesson's footprint.
+  report(state, d, d.src_read + kU8Bytes, s, 1, "rotated, NPP set + warpAffine, uint8 out");
+}
+
+void BM_npp_f32(benchmark::State& state) {
+  Data& d = data(state);
+  const double s = time_u8_path(state, d, letterbox_npp_u8, true);
+  report(state, d, d.src_read + 2 * kU8Bytes + kF32Bytes, s, 1,
+         "rotated, NPP set + warpAffine + hwc_u8_to_chw_f32");
+}
+
+void BM_npp_nv12_f32(benchmark::State& state) {
+  Data& d = data(state);
+  static std::map<std::pair<int, int>, course::DeviceBuffer<std::uint8_t>> scratch;
+  course::DeviceBuffer<std::uint8_t>& bgr = scratch[{d.w, d.h}];
+  if (bgr.empty())
+    bgr = course::DeviceBuffer<std::uint8_t>(3 * static_cast<std::size_t>(d.w) * d.h);
+  const double s = course::bench::time_on_gpu(state, d.stream, kTimed, [&] {
+    const std::size_t i = d.take();
+    letterbox_npp_nv12_u8(d.nv12_views[i], bgr.data(), d.u8[i].data(), kDstW, kDstH, d.stream);
+    hwc_u8_to_chw_f32(d.u8[i].data(), kDstW, kDstH, d.out(i), {}, d.stream);
+  });
+  // The whole NV12 frame is converted (read) and the BGR frame written, then read by the warp.
+  report(state, d, 1.5 * d.w * d.h + 3.0 * d.w * d.h + d.src_read + 2 * kU8Bytes + kF32Bytes, s, 1,
+         "rotated, NPP NV12ToBGR + set + warpAffine + hwc_u8_to_chw_f32");
 }
 
 void batch_sizes(benchmark::internal::Benchmark* b) {

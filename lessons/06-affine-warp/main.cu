@@ -33,6 +33,7 @@
 #include "cpu_pipeline.hpp"
 #include "common/image_io.hpp"
 #include "image_io.hpp"
+#include "npp_baseline.hpp"
 
 using namespace lesson06;
 
@@ -445,6 +446,38 @@ int run(const Options& opt) {
                          nv12_t.gpu_us / bgr_t.gpu_us);
   } else {
     std::printf("8. NV12: the frame is smaller than 2x2; NV12 section skipped\n\n");
+  }
+
+  // ---- 9. The library a user would call instead: NPP. Its differences from OpenCV are facts
+  // to know before swapping it in, not a check that could fail.
+  if (npp_available()) {
+    std::printf("9. %s: nppiSet (114) + nppiWarpAffine(NPPI_INTER_LINEAR), same matrix:\n",
+                npp_build_note().c_str());
+    letterbox_npp_u8(d_src.view(), d_u8.data(), opt.width, opt.height, stream);
+    stream.synchronize();
+    std::vector<std::uint8_t> npp_out = course::to_host(d_u8);
+    const cv::Mat npp_img(opt.height, opt.width, CV_8UC3, npp_out.data());
+    cv::Mat ne;
+    cv::compare(npp_img.reshape(1), ocv.reshape(1), ne, cv::CMP_NE);
+    std::printf(
+        "   vs cv::warpAffine: max |difference| %d, %.2f%% of the values differ, mean "
+        "|difference| %.3f\n",
+        static_cast<int>(cv::norm(npp_img, ocv, cv::NORM_INF)),
+        100.0 * cv::countNonZero(ne) / (3.0 * pixels),
+        cv::norm(npp_img, ocv, cv::NORM_L1) / (3.0 * pixels));
+    const Times npp_t = median_times_us(stream, runs, [&] {
+      letterbox_npp_u8(d_src.view(), d_u8.data(), opt.width, opt.height, stream);
+      hwc_u8_to_chw_f32(d_u8.data(), opt.width, opt.height, d_f32.data(), norm, stream);
+    });
+    const Times v3_t = median_times_us(stream, runs, [&] {
+      letterbox_v3_vec4(d_src.view(), d_f32.data(), opt.width, opt.height, norm, stream);
+    });
+    std::printf(
+        "   GPU time, L2 flushed: NPP + hwc_u8_to_chw_f32 (3 kernels) %.1f us, v3 %.1f us "
+        "(%.2fx)\n\n",
+        npp_t.gpu_us, v3_t.gpu_us, npp_t.gpu_us / v3_t.gpu_us);
+  } else {
+    std::printf("9. The NPP baseline: %s\n\n", npp_build_note().c_str());
   }
 
   if (failures != 0) {

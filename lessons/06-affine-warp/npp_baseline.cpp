@@ -19,19 +19,26 @@ namespace lesson06 {
 
 #ifndef COURSE_HAVE_NPP
 
+namespace {
+const char* const kHowToFind =
+    "configure with -DCOURSE_NPP_ROOT=DIR, DIR holding include/ and lib/, e.g. "
+    "site-packages/nvidia/cu13 of `pip install nvidia-npp`";
+}  // namespace
+
 bool npp_available() {
   return false;
 }
 std::string npp_build_note() {
-  return "NPP not found at build time (configure with -DCOURSE_NPP_ROOT=DIR, DIR holding "
-         "include/ and lib/, e.g. site-packages/nvidia/cu13 of `pip install nvidia-npp`)";
+  return std::string("NPP not found at build time: row skipped (") + kHowToFind + ")";
 }
 Letterbox letterbox_npp_u8(const ImageView&, std::uint8_t*, int, int, cudaStream_t) {
-  throw std::logic_error("letterbox_npp_u8: " + npp_build_note());
+  throw std::logic_error(std::string("letterbox_npp_u8: NPP not found at build time (") +
+                         kHowToFind + ")");
 }
 Letterbox letterbox_npp_nv12_u8(const Nv12View&, std::uint8_t*, std::uint8_t*, int, int,
                                 cudaStream_t) {
-  throw std::logic_error("letterbox_npp_nv12_u8: " + npp_build_note());
+  throw std::logic_error(std::string("letterbox_npp_nv12_u8: NPP not found at build time (") +
+                         kHowToFind + ")");
 }
 
 #else

@@ -19,8 +19,8 @@ namespace lesson06 {
 
 // True when this build has NPP.
 bool npp_available();
-// One line for the binary and the benchmark: the NPP version found, or "NPP not found at build
-// time" and how to give CMake its location.
+// One line for the binary and the benchmark: "NPP 13.x.y" (the library's version), or
+// "NPP not found at build time: row skipped (how to give CMake its location)".
 std::string npp_build_note();
 
 // The letterbox with NPP, uint8 BGR out (dst: dst_h x dst_w x 3, contiguous, device memory):

@@ -1563,7 +1563,7 @@ Differences compare_with_opencv(const cv::Mat& got, const cv::Mat& ref, const Le
 TEST_CASE("NPP letterbox (nppiSet + nppiWarpAffine) against cv::warpAffine: measured",
           "[gpu][npp]") {
   if (!npp_available()) {
-    std::printf("note: %s: NPP tests skipped\n", npp_build_note().c_str());
+    std::printf("note: NPP tests: %s\n", npp_build_note().c_str());
     SUCCEED("NPP not found at build time");
     return;
   }
