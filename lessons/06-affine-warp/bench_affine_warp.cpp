@@ -361,4 +361,18 @@ BENCHMARK_TEMPLATE(BM_batched, Format::nv12, __half)
     ->Name("BM_batched_nv12_fp16")
     ->Apply(batch_sizes);
 
+// The NPP rows exist only in a build that found NPP (registered after the rows above, so they run
+// last); otherwise the run says so once, before Google Benchmark's output.
+const bool g_npp_rows = [] {
+  if (!npp_available()) {
+    std::printf("BM_npp_u8, BM_npp_f32, BM_npp_nv12_f32: %s\n", npp_build_note().c_str());
+    std::fflush(stdout);
+    return false;
+  }
+  benchmark::RegisterBenchmark("BM_npp_u8", BM_npp_u8)->Apply(sizes);
+  benchmark::RegisterBenchmark("BM_npp_f32", BM_npp_f32)->Apply(sizes);
+  benchmark::RegisterBenchmark("BM_npp_nv12_f32", BM_npp_nv12_f32)->Apply(sizes);
+  return true;
+}();
+
 COURSE_BENCH_MAIN();
