@@ -68,6 +68,28 @@ void validate_target(int dst_w, int dst_h, const char* who) {
   check_size(dst_w, dst_h, "target", who);
 }
 
+void validate_nv12(const Nv12View& f, const char* who) {
+  if (f.width == 0 || f.height == 0) {
+    throw std::invalid_argument(prefix(who) + "NV12 frame is empty (" + std::to_string(f.width) +
+                                "x" + std::to_string(f.height) + "); expected at least 1x1");
+  }
+  check_size(f.width, f.height, "NV12 frame", who);
+  if (f.y == nullptr || f.uv == nullptr) {
+    throw std::invalid_argument(prefix(who) + "NV12 frame: the " + (f.y == nullptr ? "Y" : "UV") +
+                                " plane pointer is null");
+  }
+  if (f.y_pitch < static_cast<std::size_t>(f.width)) {
+    throw std::invalid_argument(prefix(who) + "NV12 Y pitch " + std::to_string(f.y_pitch) +
+                                " bytes is smaller than the width " + std::to_string(f.width));
+  }
+  const std::size_t uv_row = 2 * ((static_cast<std::size_t>(f.width) + 1) / 2);
+  if (f.uv_pitch < uv_row) {
+    throw std::invalid_argument(
+        prefix(who) + "NV12 UV pitch " + std::to_string(f.uv_pitch) +
+        " bytes is smaller than 2 x ceil(width / 2) = " + std::to_string(uv_row));
+  }
+}
+
 void validate_warp_range(const Affine2x3& dst_to_src, int dst_w, int dst_h, const char* who) {
   const double* m = dst_to_src.m;
   for (int k = 0; k < 6; ++k) {
@@ -141,10 +163,16 @@ WarpTable make_warp_table(const Affine2x3& dst_to_src, int dst_w, int dst_h, con
   return t;
 }
 
-SourceFootprint source_footprint(int src_w, int src_h, const Affine2x3& dst_to_src, int dst_w,
-                                 int dst_h) {
-  check_size(src_w, src_h, "source", "source_footprint");
-  const WarpTable t = make_warp_table(dst_to_src, dst_w, dst_h, "source_footprint");
+namespace {
+// Per source row r, the first and last column any in-image tap reads (-1: none): what
+// source_footprint and nv12_footprint count.
+struct TouchedSpans {
+  std::vector<int> first, last;
+};
+TouchedSpans touched_spans(int src_w, int src_h, const Affine2x3& dst_to_src, int dst_w, int dst_h,
+                           const char* who) {
+  check_size(src_w, src_h, "source", who);
+  const WarpTable t = make_warp_table(dst_to_src, dst_w, dst_h, who);
   const WarpTableView v = view_of(t);
   // first[r], last[r]: the first and last source column a tap reads in source row r (-1: none).
   std::vector<int> first(src_h, -1), last(src_h, -1);
@@ -187,11 +215,37 @@ SourceFootprint source_footprint(int src_w, int src_h, const Affine2x3& dst_to_s
       }
     }
   }
+  return {std::move(first), std::move(last)};
+}
+}  // namespace
+
+SourceFootprint source_footprint(int src_w, int src_h, const Affine2x3& dst_to_src, int dst_w,
+                                 int dst_h) {
+  const TouchedSpans s = touched_spans(src_w, src_h, dst_to_src, dst_w, dst_h, "source_footprint");
   SourceFootprint f;
   for (int r = 0; r < src_h; ++r) {
-    if (first[r] < 0) continue;
+    if (s.first[r] < 0) continue;
     ++f.rows;
-    f.bytes += 3 * static_cast<std::size_t>(last[r] - first[r] + 1);
+    f.bytes += 3 * static_cast<std::size_t>(s.last[r] - s.first[r] + 1);
+  }
+  return f;
+}
+
+SourceFootprint nv12_footprint(int src_w, int src_h, const Affine2x3& dst_to_src, int dst_w,
+                               int dst_h) {
+  const TouchedSpans s = touched_spans(src_w, src_h, dst_to_src, dst_w, dst_h, "nv12_footprint");
+  SourceFootprint f;
+  // Chroma row j serves luma rows 2j and 2j + 1: its span is the union of theirs, in pairs.
+  for (int j = 0; 2 * j < src_h; ++j) {
+    int lo = -1, hi = -1;
+    for (int r = 2 * j; r <= 2 * j + 1 && r < src_h; ++r) {
+      if (s.first[r] < 0) continue;
+      ++f.rows;
+      f.bytes += static_cast<std::size_t>(s.last[r] - s.first[r] + 1);  // luma, 1 byte a pixel
+      lo = lo < 0 ? s.first[r] : std::min(lo, s.first[r]);
+      hi = std::max(hi, s.last[r]);
+    }
+    if (lo >= 0) f.bytes += 2 * static_cast<std::size_t>((hi >> 1) - (lo >> 1) + 1);
   }
   return f;
 }
@@ -244,6 +298,32 @@ void DeviceImage::upload(const ImageView& host, cudaStream_t stream) {
   }
   CUDA_CHECK(cudaMemcpy2DAsync(data_, pitch_, host.data, host.pitch,
                                3 * static_cast<std::size_t>(width_), height_,
+                               cudaMemcpyHostToDevice, stream));
+}
+
+// ------------------------------------------------------------------------ DeviceNv12
+
+DeviceNv12::DeviceNv12(int width, int height) : width_(width), height_(height) {
+  check_size(width, height, "NV12 frame", "DeviceNv12");
+  const auto padded = [](std::size_t row) { return (row + 255) / 256 * 256; };
+  y_pitch_ = padded(static_cast<std::size_t>(width));
+  uv_pitch_ = padded(2 * ((static_cast<std::size_t>(width) + 1) / 2));
+  y_ = course::DeviceBuffer<std::uint8_t>(y_pitch_ * height);
+  uv_ =
+      course::DeviceBuffer<std::uint8_t>(uv_pitch_ * ((static_cast<std::size_t>(height) + 1) / 2));
+}
+
+void DeviceNv12::upload(const Nv12View& host, cudaStream_t stream) {
+  validate_nv12(host, "DeviceNv12::upload");
+  if (host.width != width_ || host.height != height_) {
+    throw std::invalid_argument("DeviceNv12::upload: expected a " + std::to_string(width_) + "x" +
+                                std::to_string(height_) + " frame, got " +
+                                std::to_string(host.width) + "x" + std::to_string(host.height));
+  }
+  CUDA_CHECK(cudaMemcpy2DAsync(y_.data(), y_pitch_, host.y, host.y_pitch, width_, height_,
+                               cudaMemcpyHostToDevice, stream));
+  CUDA_CHECK(cudaMemcpy2DAsync(uv_.data(), uv_pitch_, host.uv, host.uv_pitch,
+                               2 * ((static_cast<std::size_t>(width_) + 1) / 2), (height_ + 1) / 2,
                                cudaMemcpyHostToDevice, stream));
 }
 
@@ -465,12 +545,49 @@ __global__ void letterbox_v2_fused_kernel(ImageView src, WarpTableView table,
 // 512 contiguous bytes per plane with 32 instructions instead of 128.
 constexpr int kPixelsPerThread = 4;
 
-__device__ inline bool aligned16(const void* p) {
-  return (reinterpret_cast<std::uintptr_t>(p) & 15u) == 0;
+// The sources the quad samples: a BGR image, or an NV12 frame with its matrix (v5, v6). Each
+// gives one pixel's 8-bit B, G, R at a 1/32-grid position, border 114.
+struct BgrSource {
+  ImageView img;
+  __device__ void sample(SubpixelPos p, std::uint8_t bgr[3]) const {
+    bilinear_sample_bgr(img, p, kPadValue, bgr);
+  }
+};
+struct Nv12Source {
+  Nv12View img;
+  YuvToRgb k;
+  __device__ void sample(SubpixelPos p, std::uint8_t bgr[3]) const {
+    bilinear_sample_nv12(img, k, p, kPadValue, bgr);
+  }
+};
+
+// Stores of the quad's values: float as is; __half rounded once, to nearest even
+// (__float2half_rn). Four values in one store: 16 bytes (float4) or 8 (two __half2).
+__device__ inline void store1(float* p, float v) {
+  *p = v;
+}
+__device__ inline void store1(__half* p, float v) {
+  *p = __float2half_rn(v);
+}
+__device__ inline void store4(float* p, const float v[4]) {
+  *reinterpret_cast<float4*>(p) = make_float4(v[0], v[1], v[2], v[3]);
+}
+__device__ inline void store4(__half* p, const float v[4]) {
+  const __half2 lo = __halves2half2(__float2half_rn(v[0]), __float2half_rn(v[1]));
+  const __half2 hi = __halves2half2(__float2half_rn(v[2]), __float2half_rn(v[3]));
+  uint2 bits;
+  bits.x = *reinterpret_cast<const unsigned*>(&lo);
+  bits.y = *reinterpret_cast<const unsigned*>(&hi);
+  *reinterpret_cast<uint2*>(p) = bits;
+}
+template <class T>
+__device__ inline bool aligned_quad(const T* p) {  // 4 values in one store need 4 x sizeof(T)
+  return (reinterpret_cast<std::uintptr_t>(p) & (kPixelsPerThread * sizeof(T) - 1)) == 0;
 }
 
-__device__ inline void letterbox_quad(const ImageView& src, const WarpTableView& table, int x0,
-                                      int y, float* __restrict__ dst, int dst_w, int dst_h,
+template <class Source, class T>
+__device__ inline void letterbox_quad(const Source& src, const WarpTableView& table, int x0, int y,
+                                      T* __restrict__ dst, int dst_w, int dst_h,
                                       const ChannelTransform& t) {
   float r[kPixelsPerThread], g[kPixelsPerThread], b[kPixelsPerThread];
   const int2 row = detail::load_pair(table.row + y);
@@ -479,27 +596,26 @@ __device__ inline void letterbox_quad(const ImageView& src, const WarpTableView&
     // Past the right edge, recompute the last pixel rather than branch: its values are dropped.
     const int x = min(x0 + k, dst_w - 1);
     std::uint8_t bgr[3];
-    bilinear_sample_bgr(src, subpixel_position(row, detail::load_pair(table.column + x)), kPadValue,
-                        bgr);
+    src.sample(subpixel_position(row, detail::load_pair(table.column + x)), bgr);
     r[k] = normalize_value(bgr[2], t, 0);
     g[k] = normalize_value(bgr[1], t, 1);
     b[k] = normalize_value(bgr[0], t, 2);
   }
   const std::size_t plane = static_cast<std::size_t>(dst_w) * dst_h;
-  float* pr = dst + static_cast<std::size_t>(y) * dst_w + x0;
-  float* pg = pr + plane;
-  float* pb = pg + plane;
-  // A float4 store needs 16-byte alignment: true when dst_w is a multiple of 4 (and the tensor
-  // starts aligned, as cudaMalloc's do). Other widths take the scalar path.
-  if (x0 + kPixelsPerThread <= dst_w && aligned16(pr) && aligned16(pg) && aligned16(pb)) {
-    *reinterpret_cast<float4*>(pr) = make_float4(r[0], r[1], r[2], r[3]);
-    *reinterpret_cast<float4*>(pg) = make_float4(g[0], g[1], g[2], g[3]);
-    *reinterpret_cast<float4*>(pb) = make_float4(b[0], b[1], b[2], b[3]);
+  T* pr = dst + static_cast<std::size_t>(y) * dst_w + x0;
+  T* pg = pr + plane;
+  T* pb = pg + plane;
+  // A vector store needs its own size of alignment: true when dst_w is a multiple of 4 (and the
+  // tensor starts aligned, as cudaMalloc's do). Other widths take the scalar path.
+  if (x0 + kPixelsPerThread <= dst_w && aligned_quad(pr) && aligned_quad(pg) && aligned_quad(pb)) {
+    store4(pr, r);
+    store4(pg, g);
+    store4(pb, b);
   } else {
     for (int k = 0; k < kPixelsPerThread && x0 + k < dst_w; ++k) {
-      pr[k] = r[k];
-      pg[k] = g[k];
-      pb[k] = b[k];
+      store1(pr + k, r[k]);
+      store1(pg + k, g[k]);
+      store1(pb + k, b[k]);
     }
   }
 }
@@ -510,7 +626,20 @@ __global__ void letterbox_v3_vec4_kernel(ImageView src, WarpTableView table,
   const int x0 = (blockIdx.x * blockDim.x + threadIdx.x) * kPixelsPerThread;
   const int y = blockIdx.y * blockDim.y + threadIdx.y;
   if (x0 >= dst_w || y >= dst_h) return;
-  letterbox_quad(src, table, x0, y, dst, dst_w, dst_h, t);
+  letterbox_quad(BgrSource{src}, table, x0, y, dst, dst_w, dst_h, t);
+}
+
+// ---- v5: v3 from an NV12 frame. The colour conversion happens at the four taps of every
+// sample (bilinear_sample_nv12: what cvtColor + warpAffine compute), so the frame is read as
+// 1.5 bytes a pixel instead of BGR's 3, and no BGR copy of it ever exists. float or __half out.
+template <class T>
+__global__ void letterbox_nv12_v5_kernel(Nv12View src, YuvToRgb k, WarpTableView table,
+                                         T* __restrict__ dst, int dst_w, int dst_h,
+                                         ChannelTransform t) {
+  const int x0 = (blockIdx.x * blockDim.x + threadIdx.x) * kPixelsPerThread;
+  const int y = blockIdx.y * blockDim.y + threadIdx.y;
+  if (x0 >= dst_w || y >= dst_h) return;
+  letterbox_quad(Nv12Source{src, k}, table, x0, y, dst, dst_w, dst_h, t);
 }
 
 // ---- v4: a batch in one launch. blockIdx.z picks the frame; each frame's pointer, size, pitch
@@ -518,25 +647,37 @@ __global__ void letterbox_v3_vec4_kernel(ImageView src, WarpTableView table,
 // the 4 KB every CUDA 12 toolkit accepts). All threads of a block read the same descriptor: a
 // constant-bank broadcast, no descriptor array in global memory. Each frame has its own matrix,
 // so its own table (frames of one size share one: the cache finds it).
+//
+// v6 is the same kernel for the other formats: the frame descriptor (BGR or NV12) and the output
+// type (float or __half) are template parameters. An NV12 descriptor is 56 bytes, 1.8 KB for 32.
 struct FrameParams {
   const std::uint8_t* data;
   int width, height;
   std::size_t pitch;
   WarpTableView table;
+  __device__ BgrSource source(const YuvToRgb&) const {
+    return {ImageView{data, width, height, 3, pitch}};
+  }
 };
+struct Nv12FrameParams {
+  Nv12View view;
+  WarpTableView table;
+  __device__ Nv12Source source(const YuvToRgb& k) const { return {view, k}; }
+};
+template <class Frame>
 struct BatchParams {
-  FrameParams frame[kMaxFramesPerLaunch];
+  Frame frame[kMaxFramesPerLaunch];
 };
 
-__global__ void letterbox_v4_batched_kernel(BatchParams batch, float* __restrict__ dst, int dst_w,
-                                            int dst_h, ChannelTransform t) {
+template <class Frame, class T>
+__global__ void letterbox_batched_kernel(BatchParams<Frame> batch, YuvToRgb k, T* __restrict__ dst,
+                                         int dst_w, int dst_h, ChannelTransform t) {
   const int x0 = (blockIdx.x * blockDim.x + threadIdx.x) * kPixelsPerThread;
   const int y = blockIdx.y * blockDim.y + threadIdx.y;
   if (x0 >= dst_w || y >= dst_h) return;
-  const FrameParams& f = batch.frame[blockIdx.z];
-  const ImageView src{f.data, f.width, f.height, 3, f.pitch};
-  float* frame_dst = dst + static_cast<std::size_t>(blockIdx.z) * 3 * dst_w * dst_h;
-  letterbox_quad(src, f.table, x0, y, frame_dst, dst_w, dst_h, t);
+  const Frame& f = batch.frame[blockIdx.z];
+  T* frame_dst = dst + static_cast<std::size_t>(blockIdx.z) * 3 * dst_w * dst_h;
+  letterbox_quad(f.source(k), f.table, x0, y, frame_dst, dst_w, dst_h, t);
 }
 
 // The geometry of one frame: the letterbox and the inverse matrix the kernels use.
@@ -544,22 +685,91 @@ struct Prepared {
   Letterbox lb;
   Affine2x3 inv;
 };
-Prepared prepare(const ImageView& src, int dst_w, int dst_h, const char* who) {
-  const Letterbox lb = make_letterbox(src.width, src.height, dst_w, dst_h);
+Prepared prepare(int src_w, int src_h, int dst_w, int dst_h, const char* who) {
+  const Letterbox lb = make_letterbox(src_w, src_h, dst_w, dst_h);
   const Affine2x3 inv = invert_affine(letterbox_matrix(lb));
   validate_warp_range(inv, dst_w, dst_h, who);
   return {lb, inv};
 }
 
+// The checks of one frame, BGR or NV12.
+void validate_frame(const ImageView& f, const char* who) {
+  validate_source(f, who);
+}
+void validate_frame(const Nv12View& f, const char* who) {
+  validate_nv12(f, who);
+}
+
 // Every check of a letterbox launcher, all before any work.
-template <class T>
-Prepared validate_and_prepare(const ImageView& src, const T* dst, int dst_w, int dst_h,
+template <class View, class T>
+Prepared validate_and_prepare(const View& src, const T* dst, int dst_w, int dst_h,
                               const Normalize& norm, const char* who) {
-  validate_source(src, who);
+  validate_frame(src, who);
   validate_target(dst_w, dst_h, who);
   check_destination(dst, who);
   validate_normalize(norm, who);
-  return prepare(src, dst_w, dst_h, who);
+  return prepare(src.width, src.height, dst_w, dst_h, who);
+}
+
+// What a batch launcher needs of one frame, BGR or NV12: its descriptor.
+FrameParams frame_params(const ImageView& f, const WarpTableView& table) {
+  return {f.data, f.width, f.height, f.pitch, table};
+}
+Nv12FrameParams frame_params(const Nv12View& f, const WarpTableView& table) {
+  return {f, table};
+}
+
+// v4 and v6: validate every frame, then one launch per kMaxFramesPerLaunch frames.
+template <class View, class T>
+std::vector<Letterbox> launch_batched(const std::vector<View>& frames, T* dst, int dst_w, int dst_h,
+                                      const YuvToRgb& k, const Normalize& norm, cudaStream_t stream,
+                                      const char* who) {
+  validate_target(dst_w, dst_h, who);
+  validate_normalize(norm, who);
+  std::vector<Letterbox> geometry;
+  if (frames.empty()) return geometry;
+  check_destination(dst, who);
+  // Validate every frame before launching anything: a bad frame 40 must not leave frames 0-31
+  // processed and the rest not.
+  for (const View& f : frames) validate_frame(f, who);
+  std::vector<Prepared> prepared;
+  prepared.reserve(frames.size());
+  for (const View& f : frames) prepared.push_back(prepare(f.width, f.height, dst_w, dst_h, who));
+
+  using Frame = decltype(frame_params(frames[0], WarpTableView{}));
+  const ChannelTransform t = channel_transform(norm);
+  const std::size_t frame_elems = 3 * static_cast<std::size_t>(dst_w) * dst_h;
+  for (std::size_t first = 0; first < frames.size(); first += kMaxFramesPerLaunch) {
+    const int count =
+        static_cast<int>(std::min<std::size_t>(kMaxFramesPerLaunch, frames.size() - first));
+    BatchParams<Frame> batch{};
+    std::vector<DeviceTable> tables;  // one per frame (frames of one size share a slot)
+    tables.reserve(count);
+    for (int i = 0; i < count; ++i) {
+      tables.push_back(device_table(prepared[first + i].inv, dst_w, dst_h, stream));
+      batch.frame[i] = frame_params(frames[first + i], tables.back().view());
+    }
+    letterbox_batched_kernel<Frame, T>
+        <<<grid_for(dst_w, dst_h, kPixelsPerThread, count), dim3(kBlockX, kBlockY), 0, stream>>>(
+            batch, k, dst + first * frame_elems, dst_w, dst_h, t);
+    CUDA_CHECK_LAUNCH();
+  }
+  geometry.reserve(prepared.size());
+  for (const Prepared& p : prepared) geometry.push_back(p.lb);
+  return geometry;
+}
+
+template <class T>
+Letterbox launch_nv12_v5(const Nv12View& src, T* dst, int dst_w, int dst_h, YuvMatrix matrix,
+                         const Normalize& norm, cudaStream_t stream) {
+  const char* who = "letterbox_nv12_v5";
+  const Prepared p = validate_and_prepare(src, dst, dst_w, dst_h, norm, who);
+  const DeviceTable table = device_table(p.inv, dst_w, dst_h, stream);
+  letterbox_nv12_v5_kernel<T>
+      <<<grid_for(dst_w, dst_h, kPixelsPerThread), dim3(kBlockX, kBlockY), 0, stream>>>(
+          src, yuv_to_rgb(matrix), table.view(), dst, dst_w, dst_h, channel_transform(norm));
+  CUDA_CHECK_LAUNCH();
+  return p.lb;
 }
 
 }  // namespace
@@ -622,40 +832,36 @@ Letterbox letterbox_v3_vec4(const ImageView& src, float* dst, int dst_w, int dst
 std::vector<Letterbox> letterbox_v4_batched(const std::vector<ImageView>& frames, float* dst,
                                             int dst_w, int dst_h, const Normalize& norm,
                                             cudaStream_t stream) {
-  const char* who = "letterbox_v4_batched";
-  validate_target(dst_w, dst_h, who);
-  validate_normalize(norm, who);
-  std::vector<Letterbox> geometry;
-  if (frames.empty()) return geometry;
-  check_destination(dst, who);
-  // Validate every frame before launching anything: a bad frame 40 must not leave frames 0-31
-  // processed and the rest not.
-  for (const ImageView& f : frames) validate_source(f, who);
-  std::vector<Prepared> prepared;
-  prepared.reserve(frames.size());
-  for (const ImageView& f : frames) prepared.push_back(prepare(f, dst_w, dst_h, who));
+  return launch_batched(frames, dst, dst_w, dst_h, YuvToRgb{}, norm, stream,
+                        "letterbox_v4_batched");
+}
 
-  const ChannelTransform t = channel_transform(norm);
-  const std::size_t frame_elems = 3 * static_cast<std::size_t>(dst_w) * dst_h;
-  for (std::size_t first = 0; first < frames.size(); first += kMaxFramesPerLaunch) {
-    const int count =
-        static_cast<int>(std::min<std::size_t>(kMaxFramesPerLaunch, frames.size() - first));
-    BatchParams batch{};
-    std::vector<DeviceTable> tables;  // one per frame (frames of one size share a slot)
-    tables.reserve(count);
-    for (int i = 0; i < count; ++i) {
-      const ImageView& f = frames[first + i];
-      tables.push_back(device_table(prepared[first + i].inv, dst_w, dst_h, stream));
-      batch.frame[i] = {f.data, f.width, f.height, f.pitch, tables.back().view()};
-    }
-    letterbox_v4_batched_kernel<<<grid_for(dst_w, dst_h, kPixelsPerThread, count),
-                                  dim3(kBlockX, kBlockY), 0, stream>>>(
-        batch, dst + first * frame_elems, dst_w, dst_h, t);
-    CUDA_CHECK_LAUNCH();
-  }
-  geometry.reserve(prepared.size());
-  for (const Prepared& p : prepared) geometry.push_back(p.lb);
-  return geometry;
+Letterbox letterbox_nv12_v5(const Nv12View& src, float* dst, int dst_w, int dst_h, YuvMatrix matrix,
+                            const Normalize& norm, cudaStream_t stream) {
+  return launch_nv12_v5(src, dst, dst_w, dst_h, matrix, norm, stream);
+}
+Letterbox letterbox_nv12_v5(const Nv12View& src, __half* dst, int dst_w, int dst_h,
+                            YuvMatrix matrix, const Normalize& norm, cudaStream_t stream) {
+  return launch_nv12_v5(src, dst, dst_w, dst_h, matrix, norm, stream);
+}
+
+std::vector<Letterbox> letterbox_v6_batched(const std::vector<ImageView>& frames, __half* dst,
+                                            int dst_w, int dst_h, const Normalize& norm,
+                                            cudaStream_t stream) {
+  return launch_batched(frames, dst, dst_w, dst_h, YuvToRgb{}, norm, stream,
+                        "letterbox_v6_batched");
+}
+std::vector<Letterbox> letterbox_nv12_v6_batched(const std::vector<Nv12View>& frames, float* dst,
+                                                 int dst_w, int dst_h, YuvMatrix matrix,
+                                                 const Normalize& norm, cudaStream_t stream) {
+  return launch_batched(frames, dst, dst_w, dst_h, yuv_to_rgb(matrix), norm, stream,
+                        "letterbox_nv12_v6_batched");
+}
+std::vector<Letterbox> letterbox_nv12_v6_batched(const std::vector<Nv12View>& frames, __half* dst,
+                                                 int dst_w, int dst_h, YuvMatrix matrix,
+                                                 const Normalize& norm, cudaStream_t stream) {
+  return launch_batched(frames, dst, dst_w, dst_h, yuv_to_rgb(matrix), norm, stream,
+                        "letterbox_nv12_v6_batched");
 }
 
 // ======================================================================== CPU references
@@ -709,7 +915,7 @@ std::vector<float> letterbox_reference(const ImageView& src, int dst_w, int dst_
   validate_source(src, "letterbox_reference");
   validate_target(dst_w, dst_h, "letterbox_reference");
   validate_normalize(norm, "letterbox_reference");
-  const Prepared p = prepare(src, dst_w, dst_h, "letterbox_reference");
+  const Prepared p = prepare(src.width, src.height, dst_w, dst_h, "letterbox_reference");
   const WarpTable table = make_warp_table(p.inv, dst_w, dst_h, "letterbox_reference");
   const WarpTableView v = view_of(table);
   const ChannelTransform t = channel_transform(norm);
@@ -722,6 +928,52 @@ std::vector<float> letterbox_reference(const ImageView& src, int dst_w, int dst_
       store_rgb_planar(out.data(), plane, static_cast<std::size_t>(y) * dst_w + x, bgr, t);
     }
   }
+  return out;
+}
+
+namespace {
+// The NV12 references' loop: every destination pixel's BGR sample, handed to `emit`.
+template <class Emit>
+void nv12_reference_loop(const Nv12View& src, int dst_w, int dst_h, YuvMatrix matrix,
+                         const char* who, Emit&& emit) {
+  validate_nv12(src, who);
+  validate_target(dst_w, dst_h, who);
+  const Prepared p = prepare(src.width, src.height, dst_w, dst_h, who);
+  const WarpTable table = make_warp_table(p.inv, dst_w, dst_h, who);
+  const WarpTableView v = view_of(table);
+  const YuvToRgb k = yuv_to_rgb(matrix);
+  for (int y = 0; y < dst_h; ++y) {
+    for (int x = 0; x < dst_w; ++x) {
+      std::uint8_t bgr[3];
+      bilinear_sample_nv12(src, k, source_position(v, x, y), kPadValue, bgr);
+      emit(static_cast<std::size_t>(y) * dst_w + x, bgr);
+    }
+  }
+}
+}  // namespace
+
+std::vector<std::uint8_t> warp_nv12_reference(const Nv12View& src, int dst_w, int dst_h,
+                                              YuvMatrix matrix) {
+  validate_target(dst_w, dst_h, "warp_nv12_reference");  // before the allocation
+  std::vector<std::uint8_t> out(3 * static_cast<std::size_t>(dst_w) * dst_h);
+  nv12_reference_loop(src, dst_w, dst_h, matrix, "warp_nv12_reference",
+                      [&](std::size_t i, const std::uint8_t bgr[3]) {
+                        std::copy(bgr, bgr + 3, out.begin() + 3 * i);
+                      });
+  return out;
+}
+
+std::vector<float> letterbox_nv12_reference(const Nv12View& src, int dst_w, int dst_h,
+                                            YuvMatrix matrix, const Normalize& norm) {
+  validate_target(dst_w, dst_h, "letterbox_nv12_reference");  // before the allocation
+  validate_normalize(norm, "letterbox_nv12_reference");
+  const ChannelTransform t = channel_transform(norm);
+  const std::size_t plane = static_cast<std::size_t>(dst_w) * dst_h;
+  std::vector<float> out(3 * plane);
+  nv12_reference_loop(src, dst_w, dst_h, matrix, "letterbox_nv12_reference",
+                      [&](std::size_t i, const std::uint8_t bgr[3]) {
+                        store_rgb_planar(out.data(), plane, i, bgr, t);
+                      });
   return out;
 }
 

@@ -14,6 +14,10 @@
 //                               plane instead of four 4-byte stores, row terms computed once
 //   v4 letterbox_v4_batched     v3 for a batch of frames of different sizes into one NCHW
 //                               tensor, one launch per 32 frames (descriptors as kernel parameters)
+//   v5 letterbox_nv12_v5        v3 straight from an NV12 decoder frame (BT.601 / BT.709 limited
+//                               range): colour conversion at the taps, float or FP16 out
+//   v6 letterbox_v6_batched,    v4 with FP16 output (BGR) and for NV12 frames: the formats an
+//      letterbox_nv12_v6_batched  FP16 engine fed by a video decoder takes, one launch a batch
 //
 // Semantics (the letterbox geometry is common/letterbox.cuh's, see its header comment):
 // s = min(dst_w/src_w, dst_h/src_h); the image is centred; padding 114; destination pixel
@@ -35,6 +39,7 @@
 #include <vector>
 
 #include "common/letterbox.cuh"
+#include "common/memory.hpp"
 
 namespace lesson06 {
 
@@ -222,29 +227,45 @@ __host__ __device__ inline SubpixelPos source_position(const WarpTableView& t, i
   return subpixel_position(detail::load_pair(t.row + y), detail::load_pair(t.column + x));
 }
 
-// Bilinear sample of a BGR image at a 1/32-grid position, with a constant border: taps outside
-// the image read `border`. Integer weights (32 - fx)(32 - fy), fx (32 - fy), ... sum to 1024, so
-// the result is (sum + 512) >> 10: exactly OpenCV's INTER_LINEAR on 8-bit images (its 15-bit
-// weights are these times 32). out: B, G, R. src must be a valid non-empty HOST or DEVICE image
-// (whichever side runs this; validate_source): nothing is checked here.
-__host__ __device__ inline void bilinear_sample_bgr(const ImageView& src, SubpixelPos p,
-                                                    std::uint8_t border, std::uint8_t out[3]) {
+// The bilinear blend of OpenCV's INTER_LINEAR on 8-bit images, for any source: the four taps
+// around a 1/32-grid position, (sx, sy), (sx+1, sy), (sx, sy+1), (sx+1, sy+1), weighted by the
+// integer weights (32 - fx)(32 - fy), fx (32 - fy), (32 - fx) fy, fx fy, which sum to 1024, and
+// rounded as (sum + 512) >> 10 (OpenCV's 15-bit weights are these times 32). inside(tx, ty) says
+// whether a tap is in the image; tap(tx, ty, bgr) reads one that is; the others read `border`.
+template <class Inside, class Tap>
+__host__ __device__ inline void bilinear_blend(SubpixelPos p, std::uint8_t border,
+                                               const Inside& inside, const Tap& tap,
+                                               std::uint8_t out[3]) {
   const int sx = p.x >> kSubpixelBits, sy = p.y >> kSubpixelBits;
   const int fx = p.x & (kSubpixelSteps - 1), fy = p.y & (kSubpixelSteps - 1);
   const int w[4] = {(kSubpixelSteps - fx) * (kSubpixelSteps - fy), fx * (kSubpixelSteps - fy),
                     (kSubpixelSteps - fx) * fy, fx * fy};
-  const int tx[4] = {sx, sx + 1, sx, sx + 1};
-  const int ty[4] = {sy, sy, sy + 1, sy + 1};
   int acc[3] = {0, 0, 0};
   for (int t = 0; t < 4; ++t) {
-    const bool inside = tx[t] >= 0 && tx[t] < src.width && ty[t] >= 0 && ty[t] < src.height;
-    const std::uint8_t* px =
-        inside ? src.data + static_cast<std::size_t>(ty[t]) * src.pitch + 3 * tx[t] : nullptr;
-    for (int c = 0; c < 3; ++c) acc[c] += w[t] * (inside ? detail::load_u8(px + c) : border);
+    const int tx = sx + (t & 1), ty = sy + (t >> 1);
+    std::uint8_t bgr[3] = {border, border, border};
+    if (inside(tx, ty)) tap(tx, ty, bgr);
+    for (int c = 0; c < 3; ++c) acc[c] += w[t] * bgr[c];
   }
   for (int c = 0; c < 3; ++c) {
     out[c] = static_cast<std::uint8_t>((acc[c] + (1 << (kWeightBits - 1))) >> kWeightBits);
   }
+}
+
+// Bilinear sample of a BGR image at a 1/32-grid position, with a constant border: taps outside
+// the image read `border`; bilinear_blend's weights and rounding, so exactly OpenCV's
+// INTER_LINEAR on 8-bit images. out: B, G, R. src must be a valid non-empty HOST or DEVICE image
+// (whichever side runs this; validate_source): nothing is checked here.
+__host__ __device__ inline void bilinear_sample_bgr(const ImageView& src, SubpixelPos p,
+                                                    std::uint8_t border, std::uint8_t out[3]) {
+  bilinear_blend(
+      p, border,
+      [&](int tx, int ty) { return tx >= 0 && tx < src.width && ty >= 0 && ty < src.height; },
+      [&](int tx, int ty, std::uint8_t bgr[3]) {
+        const std::uint8_t* px = src.data + static_cast<std::size_t>(ty) * src.pitch + 3 * tx;
+        for (int c = 0; c < 3; ++c) bgr[c] = detail::load_u8(px + c);
+      },
+      out);
 }
 
 // One destination pixel of a warp: where it samples, then the sample. The kernels are loops
@@ -389,6 +410,166 @@ std::vector<Letterbox> letterbox_v4_batched(const std::vector<ImageView>& frames
 Letterbox letterbox_fp16(const ImageView& src, __half* dst, int dst_w, int dst_h,
                          const Normalize& norm = {}, cudaStream_t stream = nullptr);
 
+// ------------------------------------------- NV12 input, FP16 output, batches (v5, v6)
+//
+// What a deployment really feeds the letterbox: NV12 frames from the video decoder (NVDEC, and
+// most camera pipelines), into an engine that often takes FP16, a whole batch at a time.
+
+// An NV12 frame in host or device memory: a Y (luma) plane of width x height bytes, row r at
+// y + r * y_pitch, and an interleaved chroma plane at half resolution, ceil(width / 2) x
+// ceil(height / 2) (U, V) byte pairs, row j at uv + j * uv_pitch, pair i at + 2 * i (U first:
+// NV21 would put V first). Each plane has its own pitch and its own pointer (a decoder surface
+// pads rows and may put the chroma plane anywhere). Odd widths and heights are accepted: the
+// last chroma column (row) then serves one luma column (row), the convention of FFmpeg's
+// yuv420 formats (chroma size rounded up).
+struct Nv12View {
+  const std::uint8_t* y = nullptr;
+  const std::uint8_t* uv = nullptr;
+  int width = 0;
+  int height = 0;
+  std::size_t y_pitch = 0;   // bytes, >= width
+  std::size_t uv_pitch = 0;  // bytes, >= 2 * ceil(width / 2)
+};
+
+// An NV12 frame in device memory that owns its two planes, each row padded to a multiple of 256
+// bytes (so both pitches exceed the rows unless the width is a multiple of 256), as a decoder
+// surface would be. Move-only (course::DeviceBuffer).
+class DeviceNv12 {
+ public:
+  DeviceNv12() = default;
+  DeviceNv12(int width, int height);  // throws std::invalid_argument for a size outside [1, 32766]
+  // Copies a host frame of the same size in (two cudaMemcpy2DAsync on `stream`, any source
+  // pitches; keep `host` alive until the stream has passed them). Throws std::invalid_argument
+  // if validate_nv12 rejects `host` or its size differs, CudaError if a copy fails.
+  void upload(const Nv12View& host, cudaStream_t stream = nullptr);
+  Nv12View view() const { return {y_.data(), uv_.data(), width_, height_, y_pitch_, uv_pitch_}; }
+
+ private:
+  course::DeviceBuffer<std::uint8_t> y_, uv_;
+  std::size_t y_pitch_ = 0, uv_pitch_ = 0;
+  int width_ = 0, height_ = 0;
+};
+
+// Which YCbCr -> RGB matrix, both limited ("video") range: Y in [16, 235], Cb, Cr in [16, 240]
+// (ITU-R BT.601 and BT.709 8-bit quantisation). SD video and JPEG-era cameras are BT.601; HD
+// (H.264/HEVC at 720p and above) is usually BT.709: read the stream's colour description
+// (matrix_coefficients in the VUI) rather than guess. Full-range ("JPEG") YUV is not covered.
+enum class YuvMatrix { bt601, bt709 };
+
+// The matrix in fixed point, 2^-kYuvShift units (what the kernels and the CPU reference use):
+//   R = cy (Y - 16) + r_v (V - 128)
+//   G = cy (Y - 16) + g_u (U - 128) + g_v (V - 128)
+//   B = cy (Y - 16) + b_u (U - 128)
+// From the standards' luma weights Kr, Kb (BT.601: 0.299, 0.114; BT.709: 0.2126, 0.0722) and
+// the limited-range scales 255/219 (luma) and 255/224 (chroma):
+//   cy = 255/219, r_v = 2 (1 - Kr) 255/224, b_u = 2 (1 - Kb) 255/224,
+//   g_u = -2 Kb (1 - Kb) / Kg 255/224, g_v = -2 Kr (1 - Kr) / Kg 255/224, Kg = 1 - Kr - Kb.
+// BT.709: those values (1.164384, 1.792741, -0.213249, -0.532909, 2.112402) times 2^20,
+//   rounded: 1220945, 1879825, -223607, -558796, 2215014.
+// BT.601: OpenCV's own constants (imgproc color_yuv: ITUR_BT_601_CY, _CVR, _CUG, _CVG, _CUB),
+//   which are the textbook 3-decimal coefficients 1.164, 1.596, -0.391, -0.813, 2.018 times
+//   2^20: 1220542, 1673527, -409993, -852492, 2116026. Taken as OpenCV has them so that
+//   cv::cvtColor(COLOR_YUV2BGR_NV12) is reproduced bit for bit (they differ from the exact
+//   BT.601 values by at most 0.0008, under 0.2 grey levels over the whole input range).
+struct YuvToRgb {
+  int cy, r_v, g_u, g_v, b_u;
+};
+constexpr int kYuvShift = 20;
+__host__ __device__ constexpr YuvToRgb yuv_to_rgb(YuvMatrix m) {
+  return m == YuvMatrix::bt709 ? YuvToRgb{1220945, 1879825, -223607, -558796, 2215014}
+                               : YuvToRgb{1220542, 1673527, -409993, -852492, 2116026};
+}
+
+// One pixel from Y, U, V to 8-bit B, G, R, OpenCV's arithmetic (color_yuv's yRGBuvToRGB): luma
+// below 16 is clipped to 16 (max(0, Y - 16)), each sum gets 2^19 and is shifted right by 20
+// (round half up; an arithmetic shift for negatives), then saturated to [0, 255]. No overflow:
+// the largest sum, 239 x 1220945 + 127 x 2215014, is under 2^29.
+__host__ __device__ inline void yuv_pixel_to_bgr(int y, int u, int v, const YuvToRgb& k,
+                                                 std::uint8_t out[3]) {
+  const int yy = (y > 16 ? y - 16 : 0) * k.cy + (1 << (kYuvShift - 1));
+  u -= 128;
+  v -= 128;
+  const int b = (yy + k.b_u * u) >> kYuvShift;
+  const int g = (yy + k.g_u * u + k.g_v * v) >> kYuvShift;
+  const int r = (yy + k.r_v * v) >> kYuvShift;
+  const auto sat = [](int c) { return static_cast<std::uint8_t>(c < 0 ? 0 : (c > 255 ? 255 : c)); };
+  out[0] = sat(b);
+  out[1] = sat(g);
+  out[2] = sat(r);
+}
+
+// The byte offset of pixel (x, y)'s chroma pair in the UV plane: row y / 2, pair x / 2 (each
+// pair serves a 2x2 block of luma pixels; x, y >= 0). U at the offset, V one byte after.
+__host__ __device__ inline std::size_t nv12_chroma_offset(int x, int y, std::size_t uv_pitch) {
+  return static_cast<std::size_t>(y >> 1) * uv_pitch + 2 * static_cast<std::size_t>(x >> 1);
+}
+
+// Pixel (x, y) of an NV12 frame as 8-bit BGR: what cv::cvtColor(COLOR_YUV2BGR_NV12) writes
+// there (BT.601), i.e. the chroma of its 2x2 block, not interpolated. (x, y) inside the image.
+__host__ __device__ inline void nv12_pixel_bgr(const Nv12View& f, const YuvToRgb& k, int x, int y,
+                                               std::uint8_t out[3]) {
+  const std::uint8_t* uv = f.uv + nv12_chroma_offset(x, y, f.uv_pitch);
+  yuv_pixel_to_bgr(detail::load_u8(f.y + static_cast<std::size_t>(y) * f.y_pitch + x),
+                   detail::load_u8(uv), detail::load_u8(uv + 1), k, out);
+}
+
+// How the letterbox samples an NV12 frame (decided; the tests pin it): convert at the taps.
+// Each of the four bilinear taps is converted to 8-bit BGR first (its own Y, its block's U and
+// V: nv12_pixel_bgr), then the taps are blended with bilinear_sample_bgr's weights and rounding;
+// taps outside the image read the border (114 in B, G and R). That is exactly what
+// cv::cvtColor(COLOR_YUV2BGR_NV12) followed by cv::warpAffine computes, so for BT.601 the
+// result equals OpenCV's bit for bit, and the images the model sees are the ones a CPU
+// pipeline would have produced. The alternative, bilinear Y at the source point and bilinear
+// U, V at the chroma-plane point (x/2 - 1/4, y/2 - 1/4 for MPEG-2 siting) converted once, costs
+// one conversion instead of four and interpolates the chroma better, but matches no CPU
+// pipeline: it differs from OpenCV's by several grey levels at colour edges. Four conversions
+// are a few integer multiply-adds; the kernel stays memory-bound (see the benchmark).
+__host__ __device__ inline void bilinear_sample_nv12(const Nv12View& f, const YuvToRgb& k,
+                                                     SubpixelPos p, std::uint8_t border,
+                                                     std::uint8_t out[3]) {
+  bilinear_blend(
+      p, border,
+      [&](int tx, int ty) { return tx >= 0 && tx < f.width && ty >= 0 && ty < f.height; },
+      [&](int tx, int ty, std::uint8_t bgr[3]) { nv12_pixel_bgr(f, k, tx, ty, bgr); }, out);
+}
+
+// The FP16 rounding rule of every FP16 output: the FP32 value the FP32 kernels write, rounded
+// once to the nearest half, ties to even (__float2half_rn; IEEE 754 roundTiesToEven). Values
+// beyond 65504 would become inf; normalised pixels are within +-2^9 for any std >= 1/512.
+
+// Checks an NV12 frame: non-empty, sizes within [1, kMaxDimension], non-null planes,
+// y_pitch >= width, uv_pitch >= 2 * ceil(width / 2). Throws std::invalid_argument naming `who`.
+void validate_nv12(const Nv12View& f, const char* who);
+
+// v5: the fused letterbox straight from NV12 (colour conversion, warp, RGB planar, normalise:
+// one kernel, 4 pixels per thread as v3). dst: 3 x dst_h x dst_w RGB planar, float or __half
+// (rounding as stated above). Throws as the other launchers do, and as validate_nv12.
+Letterbox letterbox_nv12_v5(const Nv12View& src, float* dst, int dst_w, int dst_h,
+                            YuvMatrix matrix = YuvMatrix::bt601, const Normalize& norm = {},
+                            cudaStream_t stream = nullptr);
+Letterbox letterbox_nv12_v5(const Nv12View& src, __half* dst, int dst_w, int dst_h,
+                            YuvMatrix matrix = YuvMatrix::bt601, const Normalize& norm = {},
+                            cudaStream_t stream = nullptr);
+
+// v6: a batch of frames of any sizes in one launch per kMaxFramesPerLaunch frames, blockIdx.z =
+// frame, one matrix (and so one warp table) per frame: dst N x 3 x dst_h x dst_w, frame n at
+// n * 3 * dst_h * dst_w, float or __half. BGR frames (as v4, which is the float BGR case) or NV12
+// frames (all with one YuvMatrix). Every frame is validated before anything is enqueued; an
+// empty batch enqueues nothing and returns an empty vector.
+std::vector<Letterbox> letterbox_v6_batched(const std::vector<ImageView>& frames, __half* dst,
+                                            int dst_w, int dst_h, const Normalize& norm = {},
+                                            cudaStream_t stream = nullptr);
+std::vector<Letterbox> letterbox_nv12_v6_batched(const std::vector<Nv12View>& frames, float* dst,
+                                                 int dst_w, int dst_h,
+                                                 YuvMatrix matrix = YuvMatrix::bt601,
+                                                 const Normalize& norm = {},
+                                                 cudaStream_t stream = nullptr);
+std::vector<Letterbox> letterbox_nv12_v6_batched(const std::vector<Nv12View>& frames, __half* dst,
+                                                 int dst_w, int dst_h,
+                                                 YuvMatrix matrix = YuvMatrix::bt601,
+                                                 const Normalize& norm = {},
+                                                 cudaStream_t stream = nullptr);
+
 // ------------------------------------------------------------------------ CPU references
 
 // The per-pixel function on the host, for a HOST image: dst_h x dst_w x 3 uint8 BGR, contiguous.
@@ -407,6 +588,15 @@ std::vector<std::uint8_t> warp_affine_float_reference(const ImageView& src,
 // The fused letterbox on the host, for a HOST image: 3 x dst_h x dst_w float RGB.
 std::vector<float> letterbox_reference(const ImageView& src, int dst_w, int dst_h,
                                        const Normalize& norm = {});
+
+// NV12 on the host: the letterbox as uint8 BGR HWC (dst_h x dst_w x 3; what cv::cvtColor(NV12)
+// + cv::warpAffine give, for BT.601) and as the network input (3 x dst_h x dst_w float RGB,
+// normalised: what v5 writes). Same per-pixel functions as the kernels. Throw as v5 does.
+std::vector<std::uint8_t> warp_nv12_reference(const Nv12View& src, int dst_w, int dst_h,
+                                              YuvMatrix matrix);
+std::vector<float> letterbox_nv12_reference(const Nv12View& src, int dst_w, int dst_h,
+                                            YuvMatrix matrix = YuvMatrix::bt601,
+                                            const Normalize& norm = {});
 
 // ------------------------------------------------------------------------ validation
 
@@ -442,5 +632,11 @@ struct SourceFootprint {
 };
 SourceFootprint source_footprint(int src_w, int src_h, const Affine2x3& dst_to_src, int dst_w,
                                  int dst_h);
+
+// The same for an NV12 frame: the luma bytes (the BGR count / 3: the same rows and spans, one
+// byte a pixel) plus the chroma bytes (the distinct chroma rows r / 2 of the touched rows, each
+// from pair first / 2 to pair last / 2, 2 bytes a pair). rows counts luma rows.
+SourceFootprint nv12_footprint(int src_w, int src_h, const Affine2x3& dst_to_src, int dst_w,
+                               int dst_h);
 
 }  // namespace lesson06

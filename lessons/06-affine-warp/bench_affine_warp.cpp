@@ -21,14 +21,17 @@
 // harness labels this "L2 warm" since it flushes nothing; the label below says "rotated".) The
 // upload rows are different on purpose: the kernel reads the frame the copy engine has just
 // written, part of which may still be in L2, as in a deployment.
+#include <cuda_fp16.h>
 #include <opencv2/core.hpp>
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -38,6 +41,7 @@
 #include "common/memory.hpp"
 #include "common/stream.hpp"
 #include "cpu_pipeline.hpp"
+#include "npp_baseline.hpp"
 
 using namespace lesson06;
 
@@ -48,6 +52,7 @@ constexpr int kBatch = 32;
 constexpr double kPixels = double(kDstW) * kDstH;
 constexpr double kF32Bytes = 3.0 * 4.0 * kPixels;
 constexpr double kU8Bytes = 3.0 * kPixels;
+constexpr double kF16Bytes = 3.0 * 2.0 * kPixels;
 
 // The frames and outputs of one source size, allocated once.
 struct Data {
@@ -58,13 +63,21 @@ struct Data {
   std::vector<ImageView> views;
   std::vector<course::DeviceBuffer<std::uint8_t>> u8;  // per-slot uint8 letterbox (v1, unfused)
   course::DeviceBuffer<float> f32;                     // one float output per slot, contiguous
+  course::DeviceBuffer<__half> f16;                    // one FP16 output per slot, contiguous
+  HostNv12 nv12_host;                                  // the frame as NV12 (BT.601)
+  std::vector<DeviceNv12> nv12;                        // copies of it in device memory
+  std::vector<Nv12View> nv12_views;
   course::Stream stream;
-  double src_read = 0.0;  // bytes the taps read from one frame (source_footprint)
+  double src_read = 0.0;   // bytes the taps read from one BGR frame (source_footprint)
+  double nv12_read = 0.0;  // the same for the NV12 frame (nv12_footprint)
   std::size_t slots = 0;
   std::size_t next = 0;
 
   std::size_t take() { return next++ % slots; }
   float* out(std::size_t slot) { return f32.data() + slot * 3 * static_cast<std::size_t>(kPixels); }
+  __half* out16(std::size_t slot) {
+    return f16.data() + slot * 3 * static_cast<std::size_t>(kPixels);
+  }
   ImageView pinned_view() const {
     return {pinned.data(), w, h, 3, 3 * static_cast<std::size_t>(w)};
   }
@@ -83,9 +96,11 @@ Data& data(int w, int h) {
   d->pinned = course::PinnedBuffer<std::uint8_t>(3 * static_cast<std::size_t>(w) * h);
   std::copy(d->host.datastart, d->host.dataend, d->pinned.data());
   const Letterbox lb = make_letterbox(w, h, kDstW, kDstH);
-  d->src_read = static_cast<double>(
-      source_footprint(w, h, invert_affine(letterbox_matrix(lb)), kDstW, kDstH).bytes);
-  const double per_slot = 3.0 * w * h + kF32Bytes + kU8Bytes;
+  const Affine2x3 inv = invert_affine(letterbox_matrix(lb));
+  d->src_read = static_cast<double>(source_footprint(w, h, inv, kDstW, kDstH).bytes);
+  d->nv12_read = static_cast<double>(nv12_footprint(w, h, inv, kDstW, kDstH).bytes);
+  d->nv12_host = nv12_from_bgr(d->host);
+  const double per_slot = 4.5 * w * h + kF32Bytes + kF16Bytes + kU8Bytes;
   const double l2 = course::query_device(0).l2_cache_bytes;
   d->slots = std::max<std::size_t>(kBatch, static_cast<std::size_t>(4.0 * l2 / per_slot) + 1);
   for (std::size_t i = 0; i < d->slots; ++i) {
@@ -93,8 +108,12 @@ Data& data(int w, int h) {
     d->src.back().upload(view_of(d->host), d->stream);
     d->views.push_back(d->src.back().view());
     d->u8.emplace_back(static_cast<std::size_t>(kU8Bytes));
+    d->nv12.emplace_back(w, h);
+    d->nv12.back().upload(d->nv12_host.view(), d->stream);
+    d->nv12_views.push_back(d->nv12.back().view());
   }
   d->f32 = course::DeviceBuffer<float>(d->slots * 3 * static_cast<std::size_t>(kPixels));
+  d->f16 = course::DeviceBuffer<__half>(d->slots * 3 * static_cast<std::size_t>(kPixels));
   d->stream.synchronize();
   return *d;
 }
@@ -144,14 +163,20 @@ void BM_cpu_opencv_pipeline(benchmark::State& state) {
   state.SetLabel(d.size() + ", CPU, " + std::to_string(cv::getNumThreads()) + " OpenCV threads");
 }
 
+// A uint8 letterbox (v1, or NPP's), then, with `convert`, the second kernel of the unfused path.
+using U8Letterbox = Letterbox (*)(const ImageView&, std::uint8_t*, int, int, cudaStream_t);
+double time_u8_path(benchmark::State& state, Data& d, U8Letterbox u8, bool convert) {
+  return course::bench::time_on_gpu(state, d.stream, kTimed, [&] {
+    const std::size_t i = d.take();
+    u8(d.views[i], d.u8[i].data(), kDstW, kDstH, d.stream);
+    if (convert) hwc_u8_to_chw_f32(d.u8[i].data(), kDstW, kDstH, d.out(i), {}, d.stream);
+  });
+}
+
 // ---- The unfused GPU path: warp to uint8, then a second kernel converts. The baseline.
 void BM_gpu_unfused(benchmark::State& state) {
   Data& d = data(state);
-  const double s = course::bench::time_on_gpu(state, d.stream, kTimed, [&] {
-    const std::size_t i = d.take();
-    letterbox_v1_u8(d.views[i], d.u8[i].data(), kDstW, kDstH, d.stream);
-    hwc_u8_to_chw_f32(d.u8[i].data(), kDstW, kDstH, d.out(i), {}, d.stream);
-  });
+  const double s = time_u8_path(state, d, letterbox_v1_u8, true);
   g_unfused_seconds[d.size()].push_back(s);
   // The intermediate is written by the first kernel and read back by the second.
   report(state, d, d.src_read + 2 * kU8Bytes + kF32Bytes, s, 1, "rotated, 2 kernels");
@@ -159,10 +184,7 @@ void BM_gpu_unfused(benchmark::State& state) {
 
 void BM_v1_warp_u8(benchmark::State& state) {
   Data& d = data(state);
-  const double s = course::bench::time_on_gpu(state, d.stream, kTimed, [&] {
-    const std::size_t i = d.take();
-    letterbox_v1_u8(d.views[i], d.u8[i].data(), kDstW, kDstH, d.stream);
-  });
+  const double s = time_u8_path(state, d, letterbox_v1_u8, false);
   report(state, d, d.src_read + kU8Bytes, s, 1, "rotated, uint8 HWC out only");
 }
 
@@ -217,6 +239,99 @@ void BM_v4_batched_x32(benchmark::State& state) {
   report(state, d, kBatch * (d.src_read + kF32Bytes), s, kBatch, "32 frames, 1 launch");
 }
 
+// ---- v5: one NV12 frame (the decoder's format) into the float or FP16 tensor. Bytes: the NV12
+// bytes the taps read (nv12_footprint: luma rows and spans, and their chroma rows) + the output.
+// Compare with BM_v3_vec4 (the BGR frame, same kernel shape) at the same size.
+template <class T>
+void BM_nv12_v5(benchmark::State& state) {
+  Data& d = data(state);
+  const double s = course::bench::time_on_gpu(state, d.stream, kTimed, [&] {
+    const std::size_t i = d.take();
+    T* out = nullptr;
+    if constexpr (std::is_same_v<T, float>)
+      out = d.out(i);
+    else
+      out = d.out16(i);
+    letterbox_nv12_v5(d.nv12_views[i], out, kDstW, kDstH, YuvMatrix::bt601, {}, d.stream);
+  });
+  report(state, d, d.nv12_read + 3.0 * sizeof(T) * kPixels, s, 1,
+         std::string("rotated, NV12 BT.601 -> ") + (sizeof(T) == 4 ? "FP32" : "FP16"));
+}
+
+// ---- Batches of B frames in one launch (v4: BGR -> FP32; v6: BGR -> FP16, NV12 -> FP32/FP16).
+// The slots are cut into groups of B, taken in turn, so consecutive samples touch different
+// frames and outputs (at B = 32 there is one group, as in BM_v4_batched_x32). Bytes really
+// touched: B x (the source bytes the taps read + the output written).
+enum class Format { bgr, nv12 };
+template <Format F, class T>
+void BM_batched(benchmark::State& state) {
+  Data& d = data(state);
+  const int b = static_cast<int>(state.range(2));
+  const std::size_t groups = std::max<std::size_t>(1, d.slots / b);
+  std::size_t next = 0;
+  const double s = course::bench::time_on_gpu(state, d.stream, kTimed, [&] {
+    const std::size_t first = (next++ % groups) * b;
+    T* out = nullptr;
+    if constexpr (std::is_same_v<T, float>)
+      out = d.out(first);
+    else
+      out = d.out16(first);
+    if constexpr (F == Format::bgr) {
+      const std::vector<ImageView> frames(d.views.begin() + first, d.views.begin() + first + b);
+      if constexpr (std::is_same_v<T, float>)
+        letterbox_v4_batched(frames, out, kDstW, kDstH, {}, d.stream);
+      else
+        letterbox_v6_batched(frames, out, kDstW, kDstH, {}, d.stream);
+    } else {
+      const std::vector<Nv12View> frames(d.nv12_views.begin() + first,
+                                         d.nv12_views.begin() + first + b);
+      letterbox_nv12_v6_batched(frames, out, kDstW, kDstH, YuvMatrix::bt601, {}, d.stream);
+    }
+  });
+  const double read = F == Format::bgr ? d.src_read : d.nv12_read;
+  report(state, d, b * (read + 3.0 * sizeof(T) * kPixels), s, b,
+         std::to_string(b) + " frames, 1 launch, " + (F == Format::bgr ? "BGR" : "NV12") + " -> " +
+             (sizeof(T) == 4 ? "FP32" : "FP16"));
+}
+
+// ---- NPP, the library a user would call instead (npp_baseline.hpp): nppiSet + nppiWarpAffine
+// (uint8 BGR out), the same plus the lesson's hwc_u8_to_chw_f32 for the float tensor, and from
+// NV12 (nppiNV12ToBGR into one scratch frame first). Registered only when the build found NPP.
+void BM_npp_u8(benchmark::State& state) {
+  Data& d = data(state);
+  const double s = time_u8_path(state, d, letterbox_npp_u8, false);
+  // NPP's warp may read other source bytes than ours; the count is the lesson's footprint.
+  report(state, d, d.src_read + kU8Bytes, s, 1, "rotated, NPP set + warpAffine, uint8 out");
+}
+
+void BM_npp_f32(benchmark::State& state) {
+  Data& d = data(state);
+  const double s = time_u8_path(state, d, letterbox_npp_u8, true);
+  report(state, d, d.src_read + 2 * kU8Bytes + kF32Bytes, s, 1,
+         "rotated, NPP set + warpAffine + hwc_u8_to_chw_f32");
+}
+
+void BM_npp_nv12_f32(benchmark::State& state) {
+  Data& d = data(state);
+  static std::map<std::pair<int, int>, course::DeviceBuffer<std::uint8_t>> scratch;
+  course::DeviceBuffer<std::uint8_t>& bgr = scratch[{d.w, d.h}];
+  if (bgr.empty())
+    bgr = course::DeviceBuffer<std::uint8_t>(3 * static_cast<std::size_t>(d.w) * d.h);
+  const double s = course::bench::time_on_gpu(state, d.stream, kTimed, [&] {
+    const std::size_t i = d.take();
+    letterbox_npp_nv12_u8(d.nv12_views[i], bgr.data(), d.u8[i].data(), kDstW, kDstH, d.stream);
+    hwc_u8_to_chw_f32(d.u8[i].data(), kDstW, kDstH, d.out(i), {}, d.stream);
+  });
+  // The whole NV12 frame is converted (read) and the BGR frame written, then read by the warp.
+  report(state, d, 1.5 * d.w * d.h + 3.0 * d.w * d.h + d.src_read + 2 * kU8Bytes + kF32Bytes, s, 1,
+         "rotated, NPP NV12ToBGR + set + warpAffine + hwc_u8_to_chw_f32");
+}
+
+void batch_sizes(benchmark::internal::Benchmark* b) {
+  course::bench::defaults(b);
+  for (const int n : {8, 32}) b->Args({1920, 1080, n})->Args({1280, 720, n});
+}
+
 void sizes(benchmark::internal::Benchmark* b) {
   course::bench::defaults(b);
   b->Args({1920, 1080})->Args({1280, 720});
@@ -233,5 +348,31 @@ BENCHMARK_TEMPLATE(BM_fused, letterbox_v3_vec4)->Name("BM_v3_vec4")->Apply(sizes
 BENCHMARK(BM_upload_v2_fused)->Apply(sizes);
 BENCHMARK(BM_v3_x32_launches)->Apply(sizes);
 BENCHMARK(BM_v4_batched_x32)->Apply(sizes);
+BENCHMARK_TEMPLATE(BM_nv12_v5, float)->Name("BM_nv12_v5_fp32")->Apply(sizes);
+BENCHMARK_TEMPLATE(BM_nv12_v5, __half)->Name("BM_nv12_v5_fp16")->Apply(sizes);
+BENCHMARK_TEMPLATE(BM_batched, Format::bgr, float)->Name("BM_batched_bgr_fp32")->Apply(batch_sizes);
+BENCHMARK_TEMPLATE(BM_batched, Format::bgr, __half)
+    ->Name("BM_batched_bgr_fp16")
+    ->Apply(batch_sizes);
+BENCHMARK_TEMPLATE(BM_batched, Format::nv12, float)
+    ->Name("BM_batched_nv12_fp32")
+    ->Apply(batch_sizes);
+BENCHMARK_TEMPLATE(BM_batched, Format::nv12, __half)
+    ->Name("BM_batched_nv12_fp16")
+    ->Apply(batch_sizes);
+
+// The NPP rows exist only in a build that found NPP (registered after the rows above, so they run
+// last); otherwise the run says so once, before Google Benchmark's output.
+const bool g_npp_rows = [] {
+  if (!npp_available()) {
+    std::printf("BM_npp_u8, BM_npp_f32, BM_npp_nv12_f32: %s\n", npp_build_note().c_str());
+    std::fflush(stdout);
+    return false;
+  }
+  benchmark::RegisterBenchmark("BM_npp_u8", BM_npp_u8)->Apply(sizes);
+  benchmark::RegisterBenchmark("BM_npp_f32", BM_npp_f32)->Apply(sizes);
+  benchmark::RegisterBenchmark("BM_npp_nv12_f32", BM_npp_nv12_f32)->Apply(sizes);
+  return true;
+}();
 
 COURSE_BENCH_MAIN();

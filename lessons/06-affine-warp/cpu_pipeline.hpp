@@ -4,6 +4,10 @@
 
 #include <opencv2/core.hpp>
 
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
 #include "affine_warp.cuh"
 
 namespace lesson06 {
@@ -35,5 +39,31 @@ class OpenCvPreprocessor {
  private:
   cv::Mat boxed_, rgb_, f32_;
 };
+
+// ---------------------------------------------------------------------------- NV12 (host)
+
+// An NV12 frame in host memory that owns its two planes (layout: Nv12View). Pitches may exceed
+// the rows (pass larger ones to test pitched planes); new bytes are zero.
+struct HostNv12 {
+  int width = 0, height = 0;
+  std::size_t y_pitch = 0, uv_pitch = 0;
+  std::vector<std::uint8_t> y, uv;  // height x y_pitch, ceil(height / 2) x uv_pitch bytes
+  HostNv12() = default;
+  // Throws std::invalid_argument for a size < 1 or a pitch below the row (width, 2 ceil(w/2)).
+  HostNv12(int width, int height, std::size_t y_pitch = 0, std::size_t uv_pitch = 0);
+  Nv12View view() const { return {y.data(), uv.data(), width, height, y_pitch, uv_pitch}; }
+};
+
+// A BGR image as NV12, BT.601 limited range: cv::cvtColor(COLOR_BGR2YUV_I420), U and V then
+// interleaved. Even width and height only (OpenCV's requirement; std::invalid_argument).
+HostNv12 nv12_from_bgr(const cv::Mat& bgr);
+
+// The oracle's colour conversion: cv::cvtColor(COLOR_YUV2BGR_NV12) of a host frame (BT.601
+// limited range, chroma of each 2x2 block not interpolated) -> height x width CV_8UC3. OpenCV
+// wants even sizes and one (3/2 height) x width buffer: the planes are copied into one, and an
+// odd frame is padded to even by repeating its last row / column and the result cropped (each
+// output pixel depends only on its own Y and its block's U, V, so the crop is the conversion of
+// the odd frame). Throws std::invalid_argument if validate_nv12 rejects the frame.
+cv::Mat nv12_to_bgr_opencv(const Nv12View& host);
 
 }  // namespace lesson06

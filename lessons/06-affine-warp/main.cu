@@ -5,17 +5,21 @@
 // Takes a frame (a generated 1920x1080 test pattern, or a PNG/JPEG/BMP/PPM file), letterboxes it to
 // the network input with each kernel version, compares every result with OpenCV, shows what the
 // half-pixel terms are for, maps a box back, times the versions against the OpenCV CPU
-// pipeline, and writes PNGs of the result. Exits 0 when every check passes.
+// pipeline, writes PNGs of the result, then does it again from an NV12 frame (the decoder's
+// format) into FP16 and for a batch. Exits 0 when every check passes.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include <opencv2/core.hpp>
 #include <opencv2/imgproc.hpp>
+
+#include <cuda_fp16.h>
 
 #include "affine_warp.cuh"
 #include "common/headline.hpp"
@@ -29,6 +33,7 @@
 #include "cpu_pipeline.hpp"
 #include "common/image_io.hpp"
 #include "image_io.hpp"
+#include "npp_baseline.hpp"
 
 using namespace lesson06;
 
@@ -335,6 +340,145 @@ int run(const Options& opt) {
   course::write_png(p_gpu, gpu);
   course::write_png(p_side, side);
   std::printf("7. Wrote %s,\n   %s\n   and %s\n\n", p_in.c_str(), p_gpu.c_str(), p_side.c_str());
+
+  // ---- 8. What a deployment feeds the letterbox: NV12 from the decoder, FP16 for the engine,
+  // whole batches. v5 converts NV12 at the bilinear taps (what cvtColor + warpAffine compute).
+  if (src.cols >= 2 && src.rows >= 2) {
+    const cv::Mat even = src(cv::Rect(0, 0, src.cols & ~1, src.rows & ~1));
+    const HostNv12 nv12 = nv12_from_bgr(even);  // BT.601 limited range, as OpenCV writes it
+    DeviceNv12 d_nv12(nv12.width, nv12.height);
+    d_nv12.upload(nv12.view(), stream);
+    std::printf(
+        "8. NV12 (the decoder's format: Y plane + interleaved UV at half resolution, pitches\n"
+        "   %zu and %zu bytes) -> RGB planar in one kernel (v5), colour conversion included:\n",
+        d_nv12.view().y_pitch, d_nv12.view().uv_pitch);
+    // BT.601 against the CPU pipeline a user writes: cvtColor(NV12 -> BGR), then OpenCV's
+    // letterbox.
+    std::vector<float> cpu_nv12(3 * pixels);
+    opencv.run(nv12_to_bgr_opencv(nv12.view()), opt.width, opt.height, norm, cpu_nv12.data());
+    const auto v5_f32 = [&](YuvMatrix m) {  // v5 into d_f32, back on the host
+      letterbox_nv12_v5(d_nv12.view(), d_f32.data(), opt.width, opt.height, m, norm, stream);
+      stream.synchronize();
+      return course::to_host(d_f32);
+    };
+    const std::vector<float> v5 = v5_f32(YuvMatrix::bt601);
+    const double nv12_diff = max_abs_diff(v5, cpu_nv12);
+    std::printf(
+        "   BT.601 vs cv::cvtColor(COLOR_YUV2BGR_NV12) + the OpenCV pipeline: max |difference|\n"
+        "   %.3g  [%s]\n",
+        nv12_diff, verdict(nv12_diff <= 1.0 / 255 + 1e-6));
+    const std::vector<float> v5_709 = v5_f32(YuvMatrix::bt709);
+    const bool same_709 = v5_709 == letterbox_nv12_reference(nv12.view(), opt.width, opt.height,
+                                                             YuvMatrix::bt709, norm);
+    std::printf("   BT.709 (OpenCV has no BT.709 NV12 conversion) vs the CPU reference: %s  [%s]\n",
+                same_709 ? "identical" : "DIFFERENT", verdict(same_709));
+    // FP16: the FP32 values rounded once to nearest even; checked against the CPU's rounding.
+    course::DeviceBuffer<__half> d_f16(3 * pixels);
+    letterbox_nv12_v5(d_nv12.view(), d_f16.data(), opt.width, opt.height, YuvMatrix::bt601, norm,
+                      stream);
+    stream.synchronize();
+    const std::vector<__half> v5_f16 = course::to_host(d_f16);
+    std::size_t f16_wrong = 0;
+    for (std::size_t i = 0; i < v5.size(); ++i) {
+      const __half want = __float2half_rn(v5[i]);  // cuda_fp16.h's host conversion
+      f16_wrong += std::memcmp(&want, &v5_f16[i], sizeof want) != 0;
+    }
+    std::printf(
+        "   FP16 output: %zu of %zu values differ from the FP32 output rounded to nearest "
+        "even  [%s]\n",
+        f16_wrong, v5.size(), verdict(f16_wrong == 0));
+    // A batch of NV12 frames of different sizes, FP16, one launch: each frame against v5 alone.
+    std::vector<HostNv12> batch_host;
+    for (const cv::Size size : {cv::Size(src.cols, src.rows), cv::Size(1280, 720),
+                                cv::Size(720, 1280), cv::Size(642, 480)}) {
+      cv::Mat f;
+      cv::resize(src, f, cv::Size(std::max(2, size.width & ~1), std::max(2, size.height & ~1)));
+      batch_host.push_back(nv12_from_bgr(f));
+    }
+    std::vector<DeviceNv12> batch_dev;
+    std::vector<Nv12View> batch_views;
+    for (const HostNv12& h : batch_host) {
+      batch_dev.emplace_back(h.width, h.height);
+      batch_dev.back().upload(h.view(), stream);
+    }
+    for (const DeviceNv12& d : batch_dev) batch_views.push_back(d.view());
+    course::DeviceBuffer<__half> d_batch16(batch_views.size() * 3 * pixels);
+    letterbox_nv12_v6_batched(batch_views, d_batch16.data(), opt.width, opt.height,
+                              YuvMatrix::bt601, norm, stream);
+    stream.synchronize();
+    const std::vector<__half> batch16 = course::to_host(d_batch16);
+    bool nv12_batch_ok = true;
+    std::printf("   v6 batched NV12 -> FP16, %zu frames (", batch_views.size());
+    for (std::size_t i = 0; i < batch_views.size(); ++i) {
+      std::printf("%s%dx%d", i ? ", " : "", batch_views[i].width, batch_views[i].height);
+      letterbox_nv12_v5(batch_views[i], d_f16.data(), opt.width, opt.height, YuvMatrix::bt601, norm,
+                        stream);
+      stream.synchronize();
+      const std::vector<__half> one = course::to_host(d_f16);
+      nv12_batch_ok = nv12_batch_ok && std::memcmp(one.data(), batch16.data() + i * 3 * pixels,
+                                                   one.size() * sizeof(__half)) == 0;
+    }
+    std::printf(") in one launch: %s  [%s]\n",
+                nv12_batch_ok ? "each frame identical to v5" : "MISMATCH", verdict(nv12_batch_ok));
+    // Time: NV12 against BGR for the same frame (GPU time, L2 flushed, medians of 51).
+    const Times bgr_t = median_times_us(stream, runs, [&] {
+      letterbox_v3_vec4(d_src.view(), d_f32.data(), opt.width, opt.height, norm, stream);
+    });
+    const Times nv12_t = median_times_us(stream, runs, [&] {
+      letterbox_nv12_v5(d_nv12.view(), d_f32.data(), opt.width, opt.height, YuvMatrix::bt601, norm,
+                        stream);
+    });
+    const Times nv12_f16_t = median_times_us(stream, runs, [&] {
+      letterbox_nv12_v5(d_nv12.view(), d_f16.data(), opt.width, opt.height, YuvMatrix::bt601, norm,
+                        stream);
+    });
+    const Times batch_t = median_times_us(stream, runs, [&] {
+      letterbox_nv12_v6_batched(batch_views, d_batch16.data(), opt.width, opt.height,
+                                YuvMatrix::bt601, norm, stream);
+    });
+    std::printf(
+        "   GPU time, L2 flushed, medians of %d:  v3 BGR -> FP32 %.1f us;  v5 NV12 -> FP32 "
+        "%.1f us\n   (%.2fx the BGR time);  v5 NV12 -> FP16 %.1f us;  v6 batch of %zu -> "
+        "FP16 %.1f us\n\n",
+        runs, bgr_t.gpu_us, nv12_t.gpu_us, nv12_t.gpu_us / bgr_t.gpu_us, nv12_f16_t.gpu_us,
+        batch_views.size(), batch_t.gpu_us);
+    course::add_headline("NV12 frame %.1f us GPU time (%.2fx BGR)", nv12_t.gpu_us,
+                         nv12_t.gpu_us / bgr_t.gpu_us);
+  } else {
+    std::printf("8. NV12: the frame is smaller than 2x2; NV12 section skipped\n\n");
+  }
+
+  // ---- 9. The library a user would call instead: NPP. Its differences from OpenCV are facts
+  // to know before swapping it in, not a check that could fail.
+  if (npp_available()) {
+    std::printf("9. %s: nppiSet (114) + nppiWarpAffine(NPPI_INTER_LINEAR), same matrix:\n",
+                npp_build_note().c_str());
+    letterbox_npp_u8(d_src.view(), d_u8.data(), opt.width, opt.height, stream);
+    stream.synchronize();
+    std::vector<std::uint8_t> npp_out = course::to_host(d_u8);
+    const cv::Mat npp_img(opt.height, opt.width, CV_8UC3, npp_out.data());
+    cv::Mat ne;
+    cv::compare(npp_img.reshape(1), ocv.reshape(1), ne, cv::CMP_NE);
+    std::printf(
+        "   vs cv::warpAffine: max |difference| %d, %.2f%% of the values differ, mean "
+        "|difference| %.3f\n",
+        static_cast<int>(cv::norm(npp_img, ocv, cv::NORM_INF)),
+        100.0 * cv::countNonZero(ne) / (3.0 * pixels),
+        cv::norm(npp_img, ocv, cv::NORM_L1) / (3.0 * pixels));
+    const Times npp_t = median_times_us(stream, runs, [&] {
+      letterbox_npp_u8(d_src.view(), d_u8.data(), opt.width, opt.height, stream);
+      hwc_u8_to_chw_f32(d_u8.data(), opt.width, opt.height, d_f32.data(), norm, stream);
+    });
+    const Times v3_t = median_times_us(stream, runs, [&] {
+      letterbox_v3_vec4(d_src.view(), d_f32.data(), opt.width, opt.height, norm, stream);
+    });
+    std::printf(
+        "   GPU time, L2 flushed: NPP + hwc_u8_to_chw_f32 (3 kernels) %.1f us, v3 %.1f us "
+        "(%.2fx)\n\n",
+        npp_t.gpu_us, v3_t.gpu_us, npp_t.gpu_us / v3_t.gpu_us);
+  } else {
+    std::printf("9. The NPP baseline: %s\n\n", npp_build_note().c_str());
+  }
 
   if (failures != 0) {
     std::printf("FAILED: %d check(s) did not pass\n", failures);

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <iterator>
 #include <limits>
@@ -28,6 +29,7 @@
 #include "common/testing.hpp"
 #include "cpu_pipeline.hpp"
 #include "image_io.hpp"
+#include "npp_baseline.hpp"
 
 using course::testing::Approx;
 using course::testing::Contains;
@@ -130,6 +132,25 @@ DeviceImage upload(const cv::Mat& m) {
   DeviceImage d(m.cols, m.rows);
   d.upload(view_of(m));
   return d;
+}
+
+// n random BGR frames of random sizes in [1, max_side) (rng seeded with rng_seed), each with its
+// own content (seed0 + i), uploaded.
+struct BgrFrames {
+  std::vector<cv::Mat> host;
+  std::vector<DeviceImage> dev;
+  std::vector<ImageView> views;
+};
+BgrFrames random_bgr_frames(int n, int max_side, std::uint64_t rng_seed, std::uint64_t seed0) {
+  BgrFrames f;
+  cv::RNG rng(rng_seed);
+  for (int i = 0; i < n; ++i) {
+    const int w = rng.uniform(1, max_side), h = rng.uniform(1, max_side);
+    f.host.push_back(random_image(w, h, seed0 + i));
+    f.dev.push_back(upload(f.host.back()));
+  }
+  for (const DeviceImage& d : f.dev) f.views.push_back(d.view());
+  return f;
 }
 
 std::vector<float> opencv_pipeline(const cv::Mat& src, int dw, int dh, const Normalize& norm = {}) {
@@ -959,15 +980,9 @@ TEST_CASE("v4 batched: frames of different sizes, one tensor, each frame equals 
     }
   }
   SECTION("37 frames: two launches (32 + 5), odd target 61x47, against the CPU reference") {
-    std::vector<cv::Mat> host;
-    std::vector<DeviceImage> dev;
-    std::vector<ImageView> views;
-    cv::RNG rng(37);
-    for (int i = 0; i < 37; ++i) {
-      host.push_back(random_image(rng.uniform(1, 200), rng.uniform(1, 200), 8000 + i));
-      dev.push_back(upload(host.back()));
-      views.push_back(dev.back().view());
-    }
+    const BgrFrames frames = random_bgr_frames(37, 200, 37, 8000);
+    const std::vector<cv::Mat>& host = frames.host;
+    const std::vector<ImageView>& views = frames.views;
     const std::size_t frame = 3 * 61 * 47;
     course::DeviceBuffer<float> batch(views.size() * frame);
     letterbox_v4_batched(views, batch.data(), 61, 47);
@@ -1070,5 +1085,583 @@ TEST_CASE("letterbox_fp16 writes v2's values rounded to half", "[gpu][ex4]") {
       not_rn += std::memcmp(&want, &got[i], sizeof(__half)) != 0;
     }
     CHECK(not_rn == 0);
+  }
+}
+
+// ======================================================================== NV12, FP16, batches
+//
+// Oracles: cv::cvtColor(COLOR_YUV2BGR_NV12) followed by cv::warpAffine (BT.601; OpenCV has no
+// BT.709 NV12 conversion), and for both matrices a double-precision conversion written here from
+// the standards' Kr, Kb (not from the lesson's constants) followed by cv::warpAffine.
+// Tolerances: against OpenCV, the lesson's usual 1 grey level on 8-bit values (the same integer
+// arithmetic: expected 0, printed). Against the double conversion, 1 grey level: the fixed-point
+// coefficients differ from the exact ones by at most 0.0008 (BT.601, OpenCV's 3-decimal values)
+// or 2^-21 (BT.709), i.e. under 0.2 grey levels over the whole input range, so a converted tap can
+// round to the neighbouring integer, never further; a bilinear blend of taps that each differ by
+// at most 1 differs by at most 1.
+
+namespace {
+
+// A random NV12 frame (every byte uniform in [0, 255], so out-of-range YUV is covered too), with
+// `pad` extra bytes at the end of each row of both planes.
+HostNv12 random_nv12(int w, int h, std::uint64_t seed, std::size_t pad = 0) {
+  HostNv12 f(w, h, w + pad, 2 * ((w + 1) / 2) + pad);
+  cv::RNG rng(seed);
+  for (auto& b : f.y) b = static_cast<std::uint8_t>(rng.uniform(0, 256));
+  for (auto& b : f.uv) b = static_cast<std::uint8_t>(rng.uniform(0, 256));
+  return f;
+}
+
+// The exact BT.601 / BT.709 limited-range conversion in double, from Kr and Kb, with OpenCV's
+// two conventions (luma below 16 clipped to 16; round half up, then saturate).
+cv::Vec3b yuv_to_bgr_double(int y, int u, int v, YuvMatrix m) {
+  const double kr = m == YuvMatrix::bt709 ? 0.2126 : 0.299;
+  const double kb = m == YuvMatrix::bt709 ? 0.0722 : 0.114;
+  const double kg = 1.0 - kr - kb;
+  const double ys = std::max(y - 16, 0) * 255.0 / 219.0;
+  const double cb = (u - 128) * 255.0 / 224.0, cr = (v - 128) * 255.0 / 224.0;
+  const double r = ys + 2 * (1 - kr) * cr;
+  const double g = ys - 2 * kb * (1 - kb) / kg * cb - 2 * kr * (1 - kr) / kg * cr;
+  const double b = ys + 2 * (1 - kb) * cb;
+  const auto q = [](double c) {
+    return static_cast<std::uint8_t>(std::min(255.0, std::max(0.0, std::floor(c + 0.5))));
+  };
+  return {q(b), q(g), q(r)};
+}
+
+cv::Mat nv12_to_bgr_double(const Nv12View& f, YuvMatrix m) {
+  cv::Mat out(f.height, f.width, CV_8UC3);
+  for (int y = 0; y < f.height; ++y) {
+    for (int x = 0; x < f.width; ++x) {
+      const std::uint8_t* uv = f.uv + (y / 2) * f.uv_pitch + 2 * (x / 2);
+      out.at<cv::Vec3b>(y, x) = yuv_to_bgr_double(f.y[y * f.y_pitch + x], uv[0], uv[1], m);
+    }
+  }
+  return out;
+}
+
+// Every (Y, U, V) triple as one 4096 x 4096 NV12 frame: chroma pair i = (U, V) = (i % 256,
+// i / 256) serves a 2x2 block; its 4 luma values and 63 more blocks with the same pair cover Y.
+// Pairs are laid out 2048 to a chroma row, so block (bx, by) has pair (by * 2048 + bx) / 64 and
+// luma run ((by * 2048 + bx) % 64) * 4 .. + 3.
+HostNv12 every_yuv_triple() {
+  HostNv12 f(4096, 4096);
+  for (int by = 0; by < 2048; ++by) {
+    for (int bx = 0; bx < 2048; ++bx) {
+      const int block = by * 2048 + bx, pair = block / 64, run = (block % 64) * 4;
+      f.uv[by * f.uv_pitch + 2 * bx] = static_cast<std::uint8_t>(pair % 256);
+      f.uv[by * f.uv_pitch + 2 * bx + 1] = static_cast<std::uint8_t>(pair / 256);
+      for (int k = 0; k < 4; ++k) {
+        f.y[(2 * by + k / 2) * f.y_pitch + 2 * bx + k % 2] = static_cast<std::uint8_t>(run + k);
+      }
+    }
+  }
+  return f;
+}
+
+// The lesson's per-pixel conversion over a whole frame (the function under test).
+cv::Mat nv12_to_bgr_lesson(const Nv12View& f, YuvMatrix m) {
+  cv::Mat out(f.height, f.width, CV_8UC3);
+  const YuvToRgb k = yuv_to_rgb(m);
+  for (int y = 0; y < f.height; ++y) {
+    for (int x = 0; x < f.width; ++x) nv12_pixel_bgr(f, k, x, y, out.ptr<std::uint8_t>(y) + 3 * x);
+  }
+  return out;
+}
+
+// The letterbox oracle for NV12: a BGR conversion (OpenCV's or the double one), then
+// cv::warpAffine with the letterbox matrix.
+cv::Mat nv12_letterbox_oracle(const cv::Mat& bgr, int dw, int dh) {
+  return opencv_warp(bgr, forward_matrix(bgr.cols, bgr.rows, dw, dh), dw, dh, cv::BORDER_CONSTANT);
+}
+
+// A float -> half conversion written out bit by bit (IEEE 754 binary16, round to nearest, ties
+// to even), independent of cuda_fp16.h: the rounding rule the FP16 outputs are checked against.
+std::uint16_t half_bits_rne(float value) {
+  std::uint32_t f = 0;
+  std::memcpy(&f, &value, 4);
+  const std::uint32_t sign = (f >> 16) & 0x8000u;
+  const std::uint32_t abs = f & 0x7fffffffu;
+  if (abs >= 0x7f800000u)
+    return static_cast<std::uint16_t>(sign | (abs > 0x7f800000u ? 0x7e00u : 0x7c00u));
+  const int exp = static_cast<int>(abs >> 23) - 127;
+  if (exp > 15) return static_cast<std::uint16_t>(sign | 0x7c00u);          // overflow: inf
+  std::uint32_t mant = (abs & 0x7fffffu) | (exp >= -126 ? 0x800000u : 0u);  // with the hidden bit
+  // The half's value is mant * 2^(exp - 23); in half units of 2^-24 (subnormal) or 2^(e - 10).
+  const int shift = exp >= -14 ? 13 : 13 + (-14 - exp);     // bits of mant dropped
+  if (shift > 24) return static_cast<std::uint16_t>(sign);  // far below the smallest subnormal
+  const std::uint32_t kept = mant >> shift;
+  const std::uint32_t rest = mant & ((1u << shift) - 1), halfway = 1u << (shift - 1);
+  std::uint32_t h = kept + (rest > halfway || (rest == halfway && (kept & 1u)) ? 1u : 0u);
+  if (exp >= -14) {
+    h = ((static_cast<std::uint32_t>(exp + 15) << 10) + (h - 0x400u));  // normal: drop hidden bit
+  }
+  return static_cast<std::uint16_t>(sign | h);  // a carry into the exponent is still right
+}
+
+std::uint16_t bits_of(__half h) {
+  std::uint16_t b = 0;
+  std::memcpy(&b, &h, 2);
+  return b;
+}
+
+// How many of `got` (FP16) are not the FP32 values `ref` rounded by half_bits_rne.
+std::size_t fp16_mismatches(const std::vector<__half>& got, const std::vector<float>& ref) {
+  REQUIRE(got.size() == ref.size());
+  std::size_t bad = 0;
+  for (std::size_t i = 0; i < got.size(); ++i) bad += bits_of(got[i]) != half_bits_rne(ref[i]);
+  return bad;
+}
+
+struct DeviceFrames {
+  std::vector<HostNv12> host;
+  std::vector<DeviceNv12> dev;
+  std::vector<Nv12View> views;
+};
+DeviceFrames upload_nv12(const std::vector<cv::Size>& sizes, std::uint64_t seed) {
+  DeviceFrames d;
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    d.host.push_back(random_nv12(sizes[i].width, sizes[i].height, seed + i, i % 3));
+    d.dev.emplace_back(sizes[i].width, sizes[i].height);
+    d.dev.back().upload(d.host.back().view());
+  }
+  for (const DeviceNv12& f : d.dev) d.views.push_back(f.view());
+  return d;
+}
+
+const YuvMatrix kMatrices[2] = {YuvMatrix::bt601, YuvMatrix::bt709};
+
+}  // namespace
+
+// ---------------------------------------------------------------------------- NV12 on the CPU
+
+TEST_CASE("NV12 conversion: every (Y, U, V) triple, against OpenCV and the exact matrices",
+          "[nv12]") {
+  const HostNv12 all = every_yuv_triple();
+  const cv::Mat opencv = nv12_to_bgr_opencv(all.view());
+  for (const YuvMatrix m : kMatrices) {
+    const bool bt709 = m == YuvMatrix::bt709;
+    CAPTURE(bt709);
+    const cv::Mat mine = nv12_to_bgr_lesson(all.view(), m);
+    if (!bt709) {
+      // BT.601: OpenCV's constants and rounding, so bit for bit.
+      CHECK(max_abs_diff(mine, opencv) == 0);
+    }
+    const cv::Mat exact = nv12_to_bgr_double(all.view(), m);
+    cv::Mat ne;
+    cv::compare(mine.reshape(1), exact.reshape(1), ne, cv::CMP_NE);
+    const int differ = cv::countNonZero(ne);
+    std::printf(
+        "note: %s fixed point vs the exact matrix in double, all 2^24 triples: max %d, "
+        "%d of %d values differ\n",
+        bt709 ? "BT.709" : "BT.601", max_abs_diff(mine, exact), differ, 3 << 24);
+    CHECK(max_abs_diff(mine, exact) <= 1);
+  }
+}
+
+TEST_CASE("NV12 chroma addressing: a 2x2 block shares one pair; odd sizes round up", "[nv12]") {
+  CHECK(nv12_chroma_offset(0, 0, 100) == 0u);
+  CHECK(nv12_chroma_offset(1, 1, 100) == 0u);
+  CHECK(nv12_chroma_offset(2, 1, 100) == 2u);
+  CHECK(nv12_chroma_offset(5, 6, 100) == 3u * 100 + 4);
+  // A 5x3 frame has 3x2 chroma pairs; pixel (4, 2) uses the last one.
+  HostNv12 f(5, 3, 8, 10);
+  REQUIRE(f.uv.size() == 2u * 10);
+  f.uv[10 + 4] = 90;
+  f.uv[10 + 5] = 200;
+  f.y[2 * 8 + 4] = 120;
+  std::uint8_t mine[3];
+  nv12_pixel_bgr(f.view(), yuv_to_rgb(YuvMatrix::bt601), 4, 2, mine);
+  const cv::Vec3b exact = yuv_to_bgr_double(120, 90, 200, YuvMatrix::bt601);
+  for (int c = 0; c < 3; ++c) CHECK(std::abs(mine[c] - exact[c]) <= 1);
+}
+
+TEST_CASE("NV12 letterbox (CPU reference) equals cvtColor + warpAffine; pitched and odd frames",
+          "[nv12][opencv]") {
+  const Case cases[] = {{1920, 1080, 640, 640, "1920x1080"},
+                        {1280, 720, 640, 640, "1280x720"},
+                        {642, 480, 640, 640, "642x480"},
+                        {641, 479, 640, 640, "641x479, odd"},
+                        {1, 1, 16, 16, "1x1"},
+                        {3, 5, 64, 64, "3x5, odd"},
+                        {720, 1280, 637, 411, "portrait -> 637x411"}};
+  for (const Case& c : cases) {
+    CAPTURE(c.what);
+    const HostNv12 f = random_nv12(c.sw, c.sh, 100 + c.sw, 13);  // pitches > rows
+    for (const YuvMatrix m : kMatrices) {
+      CAPTURE(m == YuvMatrix::bt709);
+      std::vector<std::uint8_t> mine = warp_nv12_reference(f.view(), c.dw, c.dh, m);
+      const cv::Mat got = as_mat(mine, c.dw, c.dh);
+      if (m == YuvMatrix::bt601) {
+        const int d =
+            max_abs_diff(got, nv12_letterbox_oracle(nv12_to_bgr_opencv(f.view()), c.dw, c.dh));
+        CHECK(d <= 1);
+        if (d != 0) std::printf("note: NV12 %s differs from OpenCV by %d\n", c.what, d);
+      }
+      const cv::Mat exact = nv12_letterbox_oracle(nv12_to_bgr_double(f.view(), m), c.dw, c.dh);
+      CHECK(max_abs_diff(got, exact) <= 1);
+    }
+  }
+  SECTION("the float tensor is the uint8 sample normalised, RGB planar") {
+    const HostNv12 f = random_nv12(99, 71, 5, 3);
+    const Normalize norm = imagenet_normalize();
+    const std::vector<float> planes =
+        letterbox_nv12_reference(f.view(), 64, 48, YuvMatrix::bt709, norm);
+    std::vector<std::uint8_t> u8 = warp_nv12_reference(f.view(), 64, 48, YuvMatrix::bt709);
+    const ChannelTransform t = channel_transform(norm);
+    for (int i = 0; i < 64 * 48; ++i) {
+      for (int c = 0; c < 3; ++c) {
+        CHECK(planes[c * 64 * 48 + i] == normalize_value(u8[3 * i + 2 - c], t, c));
+      }
+    }
+  }
+}
+
+TEST_CASE("nv12_footprint: luma and chroma bytes the taps read (brute force)", "[nv12][traffic]") {
+  struct G {
+    int sw, sh, dw, dh;
+  };
+  for (const G g : {G{1920, 1080, 640, 640}, G{1280, 720, 640, 640}, G{641, 479, 640, 640},
+                    G{7, 3, 5, 9}, G{3, 5, 64, 64}}) {
+    CAPTURE(g.sw, g.sh);
+    const Affine2x3 inv = opencv_inverse(forward_matrix(g.sw, g.sh, g.dw, g.dh));
+    std::vector<std::vector<bool>> luma(g.sh, std::vector<bool>(g.sw));
+    for (int y = 0; y < g.dh; ++y) {
+      for (int x = 0; x < g.dw; ++x) {
+        const SubpixelPos p = opencv_position(inv, x, y);
+        for (int t = 0; t < 4; ++t) {
+          const int tx = (p.x >> kSubpixelBits) + (t & 1), ty = (p.y >> kSubpixelBits) + (t >> 1);
+          if (tx >= 0 && tx < g.sw && ty >= 0 && ty < g.sh) luma[ty][tx] = true;
+        }
+      }
+    }
+    // Spans from the first to the last touched byte of each row, in both planes.
+    std::size_t bytes = 0;
+    int rows = 0;
+    for (int r = 0; r < g.sh; ++r) {
+      int lo = -1, hi = -1;
+      for (int x = 0; x < g.sw; ++x) {
+        if (luma[r][x]) lo = lo < 0 ? x : lo, hi = x;
+      }
+      if (lo >= 0) ++rows, bytes += hi - lo + 1;
+    }
+    for (int j = 0; 2 * j < g.sh; ++j) {
+      int lo = -1, hi = -1;
+      for (int r = 2 * j; r < std::min(2 * j + 2, g.sh); ++r) {
+        for (int x = 0; x < g.sw; ++x) {
+          if (luma[r][x]) lo = lo < 0 ? x / 2 : std::min(lo, x / 2), hi = std::max(hi, x / 2);
+        }
+      }
+      if (lo >= 0) bytes += 2 * (hi - lo + 1);
+    }
+    const SourceFootprint f = nv12_footprint(g.sw, g.sh, inv, g.dw, g.dh);
+    CHECK(f.rows == rows);
+    CHECK(f.bytes == bytes);
+  }
+}
+
+TEST_CASE("The FP16 rounding rule: round to nearest even, as __float2half_rn", "[fp16]") {
+  // The bit-level converter of this file against cuda_fp16.h's host conversion: every float
+  // whose top 20 bits vary (normals, subnormals, ties, overflow, inf, NaN sign/quiet forms aside).
+  std::size_t bad = 0, checked = 0;
+  for (std::uint32_t hi = 0; hi < (1u << 20); ++hi) {
+    for (const std::uint32_t lo : {0u, 0xfffu, 0x1000u, 0x1001u, 0x800u}) {
+      const std::uint32_t bits = (hi << 12) | lo;
+      float v = 0.0f;
+      std::memcpy(&v, &bits, 4);
+      if (std::isnan(v)) continue;
+      ++checked;
+      bad += half_bits_rne(v) != bits_of(__float2half_rn(v));
+    }
+  }
+  CHECK(bad == 0);
+  CHECK(checked > 5000000u);
+  // Ties: 1 + 2^-11 lies halfway between 1 and 1 + 2^-10: to even (1). 1 + 3 * 2^-11: up.
+  CHECK(half_bits_rne(1.0f + std::ldexp(1.0f, -11)) == 0x3c00u);
+  CHECK(half_bits_rne(1.0f + 3 * std::ldexp(1.0f, -11)) == 0x3c02u);
+}
+
+TEST_CASE("NV12 and FP16 launchers reject bad input before any CUDA call", "[nv12][errors]") {
+  HostNv12 f(8, 6);
+  const Nv12View good = f.view();
+  float dst_f = 0.0f;
+  __half dst_h;
+  SECTION("the frame") {
+    Nv12View v = good;
+    v.width = 0;
+    CHECK_THROWS_WITH(letterbox_nv12_v5(v, &dst_f, 16, 16), Contains("empty"));
+    v = good;
+    v.uv = nullptr;
+    CHECK_THROWS_WITH(letterbox_nv12_v5(v, &dst_h, 16, 16), Contains("UV plane"));
+    v = good;
+    v.y_pitch = 7;
+    CHECK_THROWS_WITH(letterbox_nv12_v5(v, &dst_f, 16, 16), Contains("Y pitch"));
+    v = good;
+    v.width = 7;  // 4 pairs = 8 bytes still fit; 9 wide needs 10
+    CHECK_NOTHROW(validate_nv12(v, "test"));
+    v.width = 9;
+    v.y_pitch = 9;
+    CHECK_THROWS_WITH(validate_nv12(v, "test"), Contains("UV pitch"));
+    v = good;
+    v.height = 40000;
+    CHECK_THROWS_WITH(validate_nv12(v, "test"), Contains("at most"));
+    CHECK_THROWS_AS(HostNv12(0, 4), std::invalid_argument);
+    CHECK_THROWS_AS(warp_nv12_reference(good, 0, 4, YuvMatrix::bt601), std::invalid_argument);
+  }
+  SECTION("destination, target, normalisation; batches") {
+    CHECK_THROWS_WITH(letterbox_nv12_v5(good, static_cast<float*>(nullptr), 16, 16),
+                      Contains("null"));
+    CHECK_THROWS_WITH(letterbox_nv12_v5(good, &dst_f, 16, 0), Contains("target size"));
+    Normalize bad;
+    bad.std[0] = 0.0f;
+    CHECK_THROWS_WITH(letterbox_nv12_v5(good, &dst_h, 16, 16, YuvMatrix::bt709, bad),
+                      Contains("std must be"));
+    std::vector<Nv12View> frames(40, good);
+    frames[39].uv_pitch = 1;
+    CHECK_THROWS_WITH(letterbox_nv12_v6_batched(frames, &dst_f, 16, 16), Contains("UV pitch"));
+    CHECK(letterbox_nv12_v6_batched({}, static_cast<__half*>(nullptr), 16, 16).empty());
+    const cv::Mat img = random_image(8, 6, 1);
+    std::vector<ImageView> bgr(3, view_of(img));
+    bgr[2].channels = 4;
+    CHECK_THROWS_WITH(letterbox_v6_batched(bgr, &dst_h, 16, 16), Contains("3-channel"));
+    CHECK_THROWS_AS(nv12_from_bgr(random_image(7, 6, 1)), std::invalid_argument);
+  }
+}
+
+// ---------------------------------------------------------------------------- NV12 on the GPU
+
+TEST_CASE("v5 NV12: equals the CPU reference and OpenCV's cvtColor + pipeline", "[gpu][v5]") {
+  const Case cases[] = {{1920, 1080, 640, 640, "1920x1080"},
+                        {641, 479, 640, 640, "641x479, odd"},
+                        {1, 1, 640, 640, "1x1"},
+                        {3, 5, 64, 64, "3x5"},
+                        {1280, 720, 637, 411, "-> 637x411"},
+                        {720, 1280, 640, 640, "portrait"},
+                        {1920, 1080, 5, 3, "-> 5x3 (tail)"}};
+  for (const Case& c : cases) {
+    CAPTURE(c.what);
+    const HostNv12 h = random_nv12(c.sw, c.sh, 300 + c.sh, 7);
+    DeviceNv12 d(c.sw, c.sh);
+    d.upload(h.view());
+    const std::size_t n = 3 * static_cast<std::size_t>(c.dw) * c.dh;
+    course::DeviceBuffer<float> out(n);
+    course::DeviceBuffer<__half> half_out(n);
+    for (const YuvMatrix m : kMatrices) {
+      CAPTURE(m == YuvMatrix::bt709);
+      const Normalize norm = imagenet_normalize();
+      const Letterbox lb = letterbox_nv12_v5(d.view(), out.data(), c.dw, c.dh, m, norm);
+      CHECK(lb.scale == make_letterbox(c.sw, c.sh, c.dw, c.dh).scale);
+      const std::vector<float> got = course::to_host(out);
+      CHECK(got == letterbox_nv12_reference(h.view(), c.dw, c.dh, m, norm));
+      if (m == YuvMatrix::bt601) {
+        // The CPU pipeline a user writes: cvtColor(NV12 -> BGR), then the OpenCV letterbox.
+        const double grey = 1.0 / (255.0 * 0.224);
+        CHECK(max_abs_diff(got, opencv_pipeline(nv12_to_bgr_opencv(h.view()), c.dw, c.dh, norm)) <=
+              grey + 1e-5);
+      }
+      // FP16: the FP32 values rounded to nearest even, bit for bit.
+      letterbox_nv12_v5(d.view(), half_out.data(), c.dw, c.dh, m, norm);
+      CHECK(fp16_mismatches(course::to_host(half_out), got) == 0u);
+    }
+  }
+}
+
+TEST_CASE("v6 batched: NV12 and BGR frames of different sizes, float and FP16, frame by frame",
+          "[gpu][v6]") {
+  // Every frame differs (size and content), so a batch in which only frame 0 is right fails.
+  const std::vector<cv::Size> sizes = {{1920, 1080}, {1280, 720}, {720, 1280},  {641, 479},
+                                       {1, 1},       {3, 5},      {1920, 1080}, {333, 2}};
+  const int dw = 320, dh = 256;
+  const std::size_t frame = 3 * static_cast<std::size_t>(dw) * dh;
+  SECTION("NV12, both matrices, float and half: each frame equals v5 on that frame alone") {
+    const DeviceFrames d = upload_nv12(sizes, 4000);
+    course::DeviceBuffer<float> batch(sizes.size() * frame), single(frame);
+    course::DeviceBuffer<__half> batch_h(sizes.size() * frame);
+    for (const YuvMatrix m : kMatrices) {
+      CAPTURE(m == YuvMatrix::bt709);
+      const std::vector<Letterbox> lbs =
+          letterbox_nv12_v6_batched(d.views, batch.data(), dw, dh, m, imagenet_normalize());
+      letterbox_nv12_v6_batched(d.views, batch_h.data(), dw, dh, m, imagenet_normalize());
+      REQUIRE(lbs.size() == sizes.size());
+      const std::vector<float> got = course::to_host(batch);
+      const std::vector<__half> got_h = course::to_host(batch_h);
+      for (std::size_t i = 0; i < sizes.size(); ++i) {
+        CAPTURE(i);
+        CHECK(lbs[i].src_w == sizes[i].width);
+        letterbox_nv12_v5(d.views[i], single.data(), dw, dh, m, imagenet_normalize());
+        const std::vector<float> one = course::to_host(single);
+        CHECK(std::equal(one.begin(), one.end(), got.begin() + i * frame));
+        const std::vector<__half> one_h(got_h.begin() + i * frame, got_h.begin() + (i + 1) * frame);
+        CHECK(fp16_mismatches(one_h, one) == 0u);
+      }
+    }
+  }
+  SECTION("BGR in FP16 (v6) against v4's FP32, 37 frames: two launches") {
+    const BgrFrames frames = random_bgr_frames(37, 400, 61, 8100);
+    const std::vector<cv::Mat>& host = frames.host;
+    const std::vector<ImageView>& views = frames.views;
+    course::DeviceBuffer<float> f32(views.size() * frame);
+    course::DeviceBuffer<__half> f16(views.size() * frame);
+    letterbox_v4_batched(views, f32.data(), dw, dh, imagenet_normalize());
+    letterbox_v6_batched(views, f16.data(), dw, dh, imagenet_normalize());
+    const std::vector<float> ref = course::to_host(f32);
+    const std::vector<__half> got = course::to_host(f16);
+    CHECK(fp16_mismatches(got, ref) == 0u);
+    for (std::size_t i = 0; i < views.size(); ++i) {  // and v4 itself, frame by frame
+      CAPTURE(i);
+      const std::vector<float> expected =
+          letterbox_reference(view_of(host[i]), dw, dh, imagenet_normalize());
+      CHECK(std::equal(expected.begin(), expected.end(), ref.begin() + i * frame));
+    }
+  }
+  SECTION("NV12, 40 frames of random sizes, odd target: against the CPU reference") {
+    std::vector<cv::Size> many;
+    cv::RNG rng(40);
+    for (int i = 0; i < 40; ++i) many.emplace_back(rng.uniform(1, 300), rng.uniform(1, 300));
+    const DeviceFrames d = upload_nv12(many, 9000);
+    const int w = 61, h = 47;
+    const std::size_t fr = 3 * static_cast<std::size_t>(w) * h;
+    course::DeviceBuffer<float> out(many.size() * fr);
+    letterbox_nv12_v6_batched(d.views, out.data(), w, h, YuvMatrix::bt709);
+    const std::vector<float> got = course::to_host(out);
+    for (std::size_t i = 0; i < many.size(); ++i) {
+      CAPTURE(i);
+      const std::vector<float> expected =
+          letterbox_nv12_reference(d.host[i].view(), w, h, YuvMatrix::bt709);
+      CHECK(std::equal(expected.begin(), expected.end(), got.begin() + i * fr));
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------- the NPP baseline
+//
+// NPP is not an oracle here: it is the library a user would call instead, and these tests report
+// how far its letterbox is from cv::warpAffine as measured facts (printed). They assert only what
+// any correct letterbox must do: the rows and columns that are pure padding are exactly 114, and
+// on a smooth image (ramps of at most 0.24 grey levels per source pixel at 1920x1080) the
+// interior differs from OpenCV by at most 2 grey levels: whatever NPP's pixel-centre convention
+// and rounding, a sample within one source pixel of OpenCV's position on such a ramp differs by
+// under 1 grey level before rounding, and the two roundings add at most 1.
+
+namespace {
+
+// B: a horizontal ramp, G: a vertical one, R: a diagonal one; 0..255 across the image.
+cv::Mat ramp_image(int w, int h) {
+  cv::Mat m(h, w, CV_8UC3);
+  for (int y = 0; y < h; ++y) {
+    for (int x = 0; x < w; ++x) {
+      m.at<cv::Vec3b>(y, x) = {
+          static_cast<std::uint8_t>(std::lrint(255.0 * x / (w - 1))),
+          static_cast<std::uint8_t>(std::lrint(255.0 * y / (h - 1))),
+          static_cast<std::uint8_t>(std::lrint(255.0 * (x + y) / (w + h - 2)))};
+    }
+  }
+  return m;
+}
+
+struct Differences {
+  int max = 0;
+  double fraction = 0.0;   // of the values that differ at all
+  int max_interior = 0;    // picture pixels at least 2 pixels from its edge
+  long padding_wrong = 0;  // pure-padding pixels that are not 114
+};
+
+Differences compare_with_opencv(const cv::Mat& got, const cv::Mat& ref, const Letterbox& lb) {
+  Differences d;
+  cv::Mat ne;
+  cv::compare(got.reshape(1), ref.reshape(1), ne, cv::CMP_NE);
+  d.max = max_abs_diff(got, ref);
+  d.fraction = cv::countNonZero(ne) / static_cast<double>(ne.total());
+  const std::vector<bool> pure_rows = pure_padding(got.rows, lb.src_h, lb.scale, lb.pad_y);
+  const std::vector<bool> pure_cols = pure_padding(got.cols, lb.src_w, lb.scale, lb.pad_x);
+  const int x0 = static_cast<int>(std::ceil(lb.pad_x)) + 2,
+            y0 = static_cast<int>(std::ceil(lb.pad_y)) + 2;
+  const int x1 = static_cast<int>(std::floor(lb.pad_x + lb.scale * lb.src_w)) - 3;
+  const int y1 = static_cast<int>(std::floor(lb.pad_y + lb.scale * lb.src_h)) - 3;
+  for (int y = 0; y < got.rows; ++y) {
+    for (int x = 0; x < got.cols; ++x) {
+      const cv::Vec3b a = got.at<cv::Vec3b>(y, x), b = ref.at<cv::Vec3b>(y, x);
+      if (pure_rows[y] || pure_cols[x]) d.padding_wrong += a != cv::Vec3b(114, 114, 114);
+      if (x >= x0 && x <= x1 && y >= y0 && y <= y1) {
+        for (int c = 0; c < 3; ++c)
+          d.max_interior = std::max(d.max_interior, std::abs(a[c] - b[c]));
+      }
+    }
+  }
+  return d;
+}
+
+}  // namespace
+
+TEST_CASE("NPP letterbox (nppiSet + nppiWarpAffine) against cv::warpAffine: measured",
+          "[gpu][npp]") {
+  if (!npp_available()) {
+    std::printf("note: NPP tests: %s\n", npp_build_note().c_str());
+    SUCCEED("NPP not found at build time");
+    return;
+  }
+  std::printf("note: %s\n", npp_build_note().c_str());
+  const Case cases[] = {{1920, 1080, 640, 640, "1920x1080"},
+                        {1280, 720, 640, 640, "1280x720"},
+                        {641, 479, 640, 640, "641x479"}};
+  SECTION("from BGR") {
+    for (const Case& c : cases) {
+      CAPTURE(c.what);
+      course::DeviceBuffer<std::uint8_t> out(3 * static_cast<std::size_t>(c.dw) * c.dh);
+      for (const bool smooth : {true, false}) {
+        const cv::Mat src = smooth ? ramp_image(c.sw, c.sh) : random_image(c.sw, c.sh, 77 + c.sw);
+        const DeviceImage d = upload(src);
+        const Letterbox lb = letterbox_npp_u8(d.view(), out.data(), c.dw, c.dh);
+        REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+        std::vector<std::uint8_t> got = course::to_host(out);
+        const Differences diff =
+            compare_with_opencv(as_mat(got, c.dw, c.dh), letterbox_opencv(src, c.dw, c.dh), lb);
+        std::printf(
+            "note: NPP vs cv::warpAffine, %s %s: max |diff| %d (interior %d), %.2f%% of "
+            "values differ, %ld padding pixels not 114\n",
+            c.what, smooth ? "ramps" : "noise", diff.max, diff.max_interior, 100.0 * diff.fraction,
+            diff.padding_wrong);
+        CHECK(diff.padding_wrong == 0);
+        if (smooth) CHECK(diff.max_interior <= 2);
+      }
+    }
+  }
+  SECTION("from NV12: nppiNV12ToBGR, then the same; against cvtColor(NV12) + warpAffine") {
+    for (const Case& c : cases) {
+      if (c.sw % 2 != 0 || c.sh % 2 != 0) continue;
+      CAPTURE(c.what);
+      // The ramp image as NV12 (BT.601): smooth in Y, U and V.
+      const HostNv12 h = nv12_from_bgr(ramp_image(c.sw, c.sh));
+      DeviceNv12 d(c.sw, c.sh);
+      d.upload(h.view());
+      REQUIRE(d.view().y_pitch == d.view().uv_pitch);  // even width: one pitch, as NPP needs
+      course::DeviceBuffer<std::uint8_t> bgr(3 * static_cast<std::size_t>(c.sw) * c.sh);
+      course::DeviceBuffer<std::uint8_t> out(3 * static_cast<std::size_t>(c.dw) * c.dh);
+      const Letterbox lb = letterbox_npp_nv12_u8(d.view(), bgr.data(), out.data(), c.dw, c.dh);
+      REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+      // NPP's own conversion against OpenCV's, and the letterbox against the OpenCV pipeline.
+      std::vector<std::uint8_t> converted = course::to_host(bgr);
+      const cv::Mat opencv_bgr = nv12_to_bgr_opencv(h.view());
+      std::vector<std::uint8_t> got = course::to_host(out);
+      const Differences diff = compare_with_opencv(as_mat(got, c.dw, c.dh),
+                                                   letterbox_opencv(opencv_bgr, c.dw, c.dh), lb);
+      std::printf(
+          "note: NPP NV12 -> BGR vs cv::cvtColor(COLOR_YUV2BGR_NV12), %s: max |diff| %d; "
+          "its letterbox vs cvtColor + warpAffine: max %d (interior %d), %.2f%% differ\n",
+          c.what, max_abs_diff(as_mat(converted, c.sw, c.sh), opencv_bgr), diff.max,
+          diff.max_interior, 100.0 * diff.fraction);
+      CHECK(diff.padding_wrong == 0);
+    }
+  }
+  SECTION("bad input is refused before any NPP call") {
+    const Nv12View odd_pitch{reinterpret_cast<const std::uint8_t*>(16),
+                             reinterpret_cast<const std::uint8_t*>(16),
+                             8,
+                             8,
+                             8,
+                             16};
+    std::uint8_t* any = reinterpret_cast<std::uint8_t*>(16);
+    CHECK_THROWS_AS(letterbox_npp_nv12_u8(odd_pitch, any, any, 16, 16), std::invalid_argument);
+    CHECK_THROWS_AS(letterbox_npp_u8(ImageView{}, any, 16, 16), std::invalid_argument);
   }
 }
