@@ -234,9 +234,7 @@ constexpr int kSortTile = 2048;    // keys per shared-memory tile: 16 KiB
 // count read on the device. Every key is read from shared memory by all threads at once (a
 // broadcast, no bank conflict). For much larger n a radix sort (CUB DeviceRadixSort) wins.
 __device__ __forceinline__ void rank_sort_body(int block, const Detection* __restrict__ in,
-                                               const ResultHeader* header, int capacity,
-                                               Detection* __restrict__ out) {
-  const int n = candidate_count(header, capacity);
+                                               int n, Detection* __restrict__ out) {
   const int first = block * blockDim.x;
   if (first >= n) return;  // the whole block is past the count
   const int i = first + threadIdx.x;
@@ -259,7 +257,7 @@ __device__ __forceinline__ void rank_sort_body(int block, const Detection* __res
 __global__ void __launch_bounds__(kSortThreads)
     rank_sort_kernel(const Detection* __restrict__ in, const ResultHeader* header, int capacity,
                      Detection* __restrict__ out) {
-  rank_sort_body(blockIdx.x, in, header, capacity, out);
+  rank_sort_body(blockIdx.x, in, candidate_count(header, capacity), out);
 }
 
 // ================================================================== 4. NMS v1 (Fast NMS)
@@ -843,7 +841,7 @@ __global__ void __launch_bounds__(kSelectThreads)
 
 __global__ void __launch_bounds__(kSortThreads) batched_rank_sort_kernel(BatchBuffers b) {
   const ImageSlices s = slices_of(b, blockIdx.y);
-  rank_sort_body(blockIdx.x, s.candidates, s.header, b.capacity, s.sorted);
+  rank_sort_body(blockIdx.x, s.candidates, candidate_count(s.header, b.capacity), s.sorted);
 }
 
 __global__ void __launch_bounds__(kTile)
@@ -890,12 +888,31 @@ __global__ void __launch_bounds__(kLayoutThreads)
   }
 }
 
+// v4's baseline (DetectionSorter, cub_baselines.cu): the rank sort on segments of a buffer,
+// counts[s] valid detections at the start of segment s.
+__global__ void __launch_bounds__(kSortThreads)
+    segmented_rank_sort_kernel(const Detection* __restrict__ in, const int* __restrict__ counts,
+                               int capacity, Detection* __restrict__ out) {
+  const std::size_t offset = static_cast<std::size_t>(blockIdx.y) * capacity;
+  rank_sort_body(blockIdx.x, in + offset, min(counts[blockIdx.y], capacity), out + offset);
+}
+
 std::size_t batch_result_bytes(int batch, int max_detections) {
   return static_cast<std::size_t>(batch) *
          (sizeof(ResultHeader) + static_cast<std::size_t>(max_detections) * sizeof(Detection));
 }
 
 }  // namespace
+
+namespace detail {
+void enqueue_rank_sort_segments(const Detection* in, const int* counts, int capacity,
+                                int segments, Detection* out, cudaStream_t stream) {
+  segmented_rank_sort_kernel<<<dim3(ceil_div(capacity, kSortThreads),
+                                    static_cast<unsigned>(segments)),
+                               kSortThreads, 0, stream>>>(in, counts, capacity, out);
+  CUDA_CHECK_LAUNCH();
+}
+}  // namespace detail
 
 const char* to_string(DType dtype) {
   return dtype == DType::f16 ? "f16" : "f32";

@@ -455,6 +455,72 @@ class BatchedPostprocessor {
   course::PinnedBuffer<std::uint8_t> host_result_;  // its pinned mirror
 };
 
+// -------------------------------------------- v4: CUB for large counts (sort and compaction)
+// cub_baselines.cu (README "CUB: when the library wins"). The lesson's own sort (rank sort: one
+// launch, O(n^2) independent comparisons, no temporary storage) and compaction (warp-aggregated
+// atomicAdd, order decided by warp scheduling) against CUB's radix sort and ordered select.
+
+enum class SortVersion {
+  rank_sort,  // the lesson's rank_sort_kernel, one grid row per segment
+  cub_radix,  // cub::DeviceRadixSort (1 segment) / cub::DeviceSegmentedRadixSort (a batch)
+};
+const char* to_string(SortVersion version);
+
+// Sorts each segment of `in` into NMS order (sort_key descending: score desc, index asc).
+// Layout: `segments` segments of `segment_capacity` detections each, in one array; segment s
+// holds counts[s] valid detections at its start (counts: a device array, values clamped to the
+// capacity, so the host never needs them). out has the same layout; only the first counts[s]
+// of each segment are written. Indices must be unique within a segment.
+// cub_radix sorts 64-bit keys (sort_key) with 32-bit positions as values, then gathers. With one
+// segment it sorts the whole capacity (DeviceRadixSort takes its item count from the host; the
+// padding gets key 0, which sorts last); with several it sorts [s x cap, s x cap + counts[s])
+// per segment (DeviceSegmentedRadixSort reads the offsets from device memory).
+// Throws std::invalid_argument unless 1 <= segment_capacity <= 2^24 and 1 <= segments <= 65535
+// (and their product < 2^31).
+class DetectionSorter {
+ public:
+  DetectionSorter(int segment_capacity, int segments, SortVersion version);
+  // Asynchronous on `stream`. Throws std::invalid_argument for a null pointer.
+  void enqueue(const Detection* in, const int* counts, Detection* out, cudaStream_t stream);
+  std::size_t temp_storage_bytes() const { return temp_.size(); }
+
+ private:
+  int capacity_, segments_;
+  SortVersion version_;
+  course::DeviceBuffer<std::uint64_t> keys_in_, keys_out_;
+  course::DeviceBuffer<int> values_in_, values_out_;
+  course::DeviceBuffer<int> offsets_;  // begin[segments], end[segments]
+  course::DeviceBuffer<std::uint8_t> temp_;
+};
+
+enum class CompactVersion {
+  warp_atomic,  // one atomicAdd per warp (decode_kernel's compaction): order varies run to run
+  cub_select,   // cub::DeviceSelect::If over the indices: ordered (index ascending)
+};
+const char* to_string(CompactVersion version);
+
+// Stream compaction of the candidates that passed: every i in [0, n) with keys[i] != 0 (the dense
+// key array decode writes) goes to out_indices, their number to *d_count (device). warp_atomic
+// writes them in an order that depends on warp scheduling; cub_select in index order. out_indices
+// holds n ints. Throws std::invalid_argument unless 0 <= n <= capacity, or for a null pointer.
+class Compactor {
+ public:
+  Compactor(int capacity, CompactVersion version);  // capacity >= 1
+  void enqueue(const std::uint32_t* keys, int n, int* out_indices, int* d_count,
+               cudaStream_t stream);
+
+ private:
+  int capacity_;
+  CompactVersion version_;
+  course::DeviceBuffer<std::uint8_t> temp_;
+};
+
+namespace detail {
+// postprocess.cu: the rank sort on segments (DetectionSorter's rank_sort version).
+void enqueue_rank_sort_segments(const Detection* in, const int* counts, int capacity,
+                                int segments, Detection* out, cudaStream_t stream);
+}  // namespace detail
+
 // -------------------------------------------------------------------- CPU reference (host)
 // reference.cpp: straightforward loops over the same per-element functions.
 

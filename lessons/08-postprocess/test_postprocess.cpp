@@ -1349,3 +1349,75 @@ TEST_CASE("GPU batched: EfficientNMS_TRT output layout, padded with zeros", "[gp
                                              stream),
                     Contains("non-null"));
 }
+
+// ================================================== v4: CUB sort and compaction beside ours
+
+TEST_CASE("DetectionSorter and Compactor reject bad sizes before touching the GPU", "[args]") {
+  CHECK_THROWS_WITH(DetectionSorter(0, 1, SortVersion::rank_sort), Contains("segment_capacity"));
+  CHECK_THROWS_WITH(DetectionSorter(10, 0, SortVersion::cub_radix), Contains("segments"));
+  CHECK_THROWS_WITH(DetectionSorter(1 << 24, 200, SortVersion::cub_radix), Contains("2^31"));
+  CHECK_THROWS_WITH(Compactor(0, CompactVersion::cub_select), Contains("capacity must be >= 1"));
+}
+
+TEST_CASE("GPU DetectionSorter: every segment in NMS order, rank sort and CUB alike",
+          "[gpu][cub]") {
+  const SortVersion version = GENERATE(SortVersion::rank_sort, SortVersion::cub_radix);
+  const int segments = GENERATE(1, 5);
+  const int capacity = GENERATE(1, 300, 5000);
+  INFO(to_string(version) << ", " << segments << " segments of " << capacity);
+  std::vector<Detection> in;
+  std::vector<int> counts;
+  for (int s = 0; s < segments; ++s) {
+    // Counts 0, full, and in between; scores with many ties (score_levels 7), indices unique.
+    const int count = s == 1 ? 0 : (s == 2 ? capacity : std::max(1, capacity - 37 * s));
+    std::vector<Detection> seg = random_detections(capacity, 5, 640, 9, 7, 50u + s);
+    std::reverse(seg.begin(), seg.end());  // arrive out of order
+    counts.push_back(count);
+    in.insert(in.end(), seg.begin(), seg.end());
+  }
+  const course::DeviceBuffer<Detection> d_in = course::to_device(in);
+  const course::DeviceBuffer<int> d_counts = course::to_device(counts);
+  course::DeviceBuffer<Detection> d_out(in.size());
+  CUDA_CHECK(cudaMemset(d_out.data(), 0, d_out.bytes()));
+  DetectionSorter sorter(capacity, segments, version);
+  course::Stream stream;
+  sorter.enqueue(d_in.data(), d_counts.data(), d_out.data(), stream);
+  stream.synchronize();
+  const std::vector<Detection> out = course::to_host(d_out);
+  for (int s = 0; s < segments; ++s) {
+    INFO("segment " << s);
+    const auto first = in.begin() + static_cast<std::ptrdiff_t>(s) * capacity;
+    std::vector<Detection> expected(first, first + counts[s]);
+    std::sort(expected.begin(), expected.end(), [](const Detection& a, const Detection& b) {
+      return a.score > b.score || (a.score == b.score && a.index < b.index);  // the definition
+    });
+    const auto got = out.begin() + static_cast<std::ptrdiff_t>(s) * capacity;
+    require_same(std::vector<Detection>(got, got + counts[s]), expected);
+  }
+}
+
+TEST_CASE("GPU Compactor: the passing indices, ordered by CUB, as a set by the atomic",
+          "[gpu][cub]") {
+  const CompactVersion version = GENERATE(CompactVersion::warp_atomic, CompactVersion::cub_select);
+  const int n = GENERATE(0, 1, 31, 8400, 100001);
+  INFO(to_string(version) << ", n = " << n);
+  std::vector<std::uint32_t> keys(static_cast<std::size_t>(n));
+  std::vector<int> expected;
+  Rng rng(9u + static_cast<std::uint32_t>(n));
+  for (int i = 0; i < n; ++i) {
+    keys[i] = rng.uniform() < 0.1f ? 1u + static_cast<std::uint32_t>(rng.below(1000)) : 0u;
+    if (keys[i] != 0) expected.push_back(i);
+  }
+  const course::DeviceBuffer<std::uint32_t> d_keys = course::to_device(keys);
+  course::DeviceBuffer<int> d_out(static_cast<std::size_t>(std::max(n, 1))), d_count(1);
+  Compactor compactor(std::max(n, 1), version);
+  course::Stream stream;
+  compactor.enqueue(d_keys.data(), n, d_out.data(), d_count.data(), stream);
+  stream.synchronize();
+  const int count = course::to_host(d_count)[0];
+  REQUIRE(count == static_cast<int>(expected.size()));
+  std::vector<int> got = course::to_host(d_out);
+  got.resize(static_cast<std::size_t>(count));
+  if (version == CompactVersion::warp_atomic) std::sort(got.begin(), got.end());
+  CHECK(got == expected);
+}
