@@ -3,16 +3,17 @@
 //
 //   cpu_postprocess/<layout>                 CPU reference: decode + greedy NMS (the baseline)
 //   gpu_postprocess/<layout>/<nms>/<launch>  the whole GPU postprocess, result in pinned host
-//                                            memory: nms = v1 (Fast NMS) | v2 (greedy bitmask),
+//                                            memory: nms = v1 (Fast NMS) | v2 (greedy bitmask) |
+//                                            v3 (v2, mask staged in shared memory when it fits),
 //                                            launch = stream (memset + 4 kernels + copy) | graph
 //   cpu_nms/<n>                              CPU greedy NMS of n boxes (the baseline)
 //   gpu_nms/<nms>/<n>                        sort + NMS of n boxes already on the device; the
 //                                            result stays on the device
 //   cpu_batch/<layout>/b<B>                  CPU reference of a batch (B x postprocess_cpu)
-//   gpu_batch/<layout>/b<B>/<dtype>[/trt]    v3, the batched postprocess of B images in one
+//   gpu_batch/<layout>/b<B>/<dtype>/<nms>[/trt]  the batched postprocess of B images in one
 //                                            launch sequence, f32 or f16 input (f16 includes its
-//                                            widening pass); /trt adds the EfficientNMS layout
-//                                            kernel (its outputs stay on the device)
+//                                            widening pass), NMS v2 or v3; /trt adds the
+//                                            EfficientNMS layout kernel (outputs stay on device)
 //   sort/<version>/s<S>/<n>                  v4 sweep: S segments of n detections into NMS order,
 //                                            rank_sort (ours) | cub_radix (CUB radix sort)
 //   compact/<version>/<n>                    v4 sweep: compaction of n keys, 10% passing,
@@ -86,7 +87,7 @@ const char* layout_name(Layout l) {
   return l == Layout::yolov5 ? "yolov5" : "yolov8";
 }
 const char* nms_name(NmsVersion v) {
-  return v == NmsVersion::v1_fast_parallel ? "v1" : "v2";
+  return v == NmsVersion::v1_fast_parallel ? "v1" : (v == NmsVersion::v2_bitmask_greedy ? "v2" : "v3");
 }
 
 // CPU timing with the same manual-time protocol as the GPU rows.
@@ -207,9 +208,11 @@ void cpu_batch(benchmark::State& state, Layout layout, int batch) {
   report(state, batch_baseline(layout, batch), s, kPostprocessBudgetUs * batch);
 }
 
-void gpu_batch(benchmark::State& state, Layout layout, int batch, DType dtype, bool trt) {
+void gpu_batch(benchmark::State& state, Layout layout, int batch, DType dtype, NmsVersion nms,
+               bool trt) {
   const BatchFrame& f = batch_frame(layout, batch);
-  const PostprocessConfig config;
+  PostprocessConfig config;
+  config.nms = nms;
   BatchedPostprocessor post(f.spec, {frame(layout).letterbox}, config, dtype);
   const course::DeviceBuffer<float> d_f32 =
       dtype == DType::f32 ? course::to_device(f.tensor) : course::DeviceBuffer<float>();
@@ -276,7 +279,8 @@ bool register_benchmarks() {
     const std::string l = layout_name(layout);
     RegisterBenchmark(("cpu_postprocess/" + l).c_str(), cpu_postprocess, layout)
         ->Apply(course::bench::defaults);
-    for (const NmsVersion v : {NmsVersion::v1_fast_parallel, NmsVersion::v2_bitmask_greedy}) {
+    for (const NmsVersion v : {NmsVersion::v1_fast_parallel, NmsVersion::v2_bitmask_greedy,
+                               NmsVersion::v3_bitmask_smem}) {
       for (const bool graph : {false, true}) {
         const std::string name =
             "gpu_postprocess/" + l + "/" + nms_name(v) + (graph ? "/graph" : "/stream");
@@ -291,14 +295,20 @@ bool register_benchmarks() {
           std::string(layout_name(layout)) + "/b" + std::to_string(batch);
       RegisterBenchmark(("cpu_batch/" + name).c_str(), cpu_batch, layout, batch)
           ->Apply(course::bench::defaults);
-      for (const DType dtype : {DType::f32, DType::f16}) {
-        RegisterBenchmark(("gpu_batch/" + name + "/" + to_string(dtype)).c_str(), gpu_batch,
-                          layout, batch, dtype, false)
+      struct Row {
+        DType dtype;
+        NmsVersion nms;
+        bool trt;
+      };
+      for (const Row& r : {Row{DType::f32, NmsVersion::v2_bitmask_greedy, false},
+                           Row{DType::f32, NmsVersion::v3_bitmask_smem, false},
+                           Row{DType::f16, NmsVersion::v3_bitmask_smem, false},
+                           Row{DType::f32, NmsVersion::v3_bitmask_smem, true}}) {
+        const std::string row = "gpu_batch/" + name + "/" + to_string(r.dtype) + "/" +
+                                nms_name(r.nms) + (r.trt ? "/trt" : "");
+        RegisterBenchmark(row.c_str(), gpu_batch, layout, batch, r.dtype, r.nms, r.trt)
             ->Apply(course::bench::defaults);
       }
-      RegisterBenchmark(("gpu_batch/" + name + "/f32/trt").c_str(), gpu_batch, layout, batch,
-                        DType::f32, true)
-          ->Apply(course::bench::defaults);
     }
   }
   for (const auto& [segments, n] : std::vector<std::pair<int, int>>{
@@ -318,7 +328,8 @@ bool register_benchmarks() {
   for (const int n : {1000, 10000, 25000}) {
     RegisterBenchmark(("cpu_nms/" + std::to_string(n)).c_str(), cpu_nms, n)
         ->Apply(course::bench::defaults);
-    for (const NmsVersion v : {NmsVersion::v1_fast_parallel, NmsVersion::v2_bitmask_greedy}) {
+    for (const NmsVersion v : {NmsVersion::v1_fast_parallel, NmsVersion::v2_bitmask_greedy,
+                               NmsVersion::v3_bitmask_smem}) {
       RegisterBenchmark(("gpu_nms/" + std::string(nms_name(v)) + "/" + std::to_string(n)).c_str(),
                         gpu_nms, v, n)
           ->Apply(course::bench::defaults);

@@ -227,6 +227,18 @@ int run(const Options& o) {
         stream, o.repeats, [&] { post_v1.enqueue(d_output.data(), tensor.size(), stream); });
     std::printf("   with NMS v1 (Fast NMS) instead: %zu detections, %.1f us GPU time on a stream\n",
                 v1.detections.size(), v1_us);
+    PostprocessConfig staged = config;
+    staged.nms = NmsVersion::v3_bitmask_smem;
+    GpuPostprocessor post_v3(spec, lb, staged);
+    const PostprocessResult v3 = post_v3.run(d_output.data(), tensor.size(), stream);
+    post_v3.capture_graph(d_output.data(), tensor.size(), stream);
+    const course::Timing v3_graph =
+        timing_us(stream, o.repeats, [&] { post_v3.launch_graph(stream); });
+    const bool v3_equal = same(v3.detections, cpu.detections);
+    std::printf("   with NMS v3 (v2, mask in shared memory), one graph launch: %.1f us GPU time,\n"
+                "   %.1f us end to end; equal to the CPU reference: %s\n",
+                v3_graph.gpu_ms, v3_graph.latency_ms, yes_no(v3_equal));
+    ok = ok && v3_equal;
     if (layout == Layout::yolov8) {
       drawn = gpu.detections;
       v8_tensor = tensor;
@@ -284,14 +296,15 @@ int run(const Options& o) {
     const std::vector<Detection> cpu = nms_cpu(boxes, config.iou_threshold, config.class_agnostic);
     const double cpu_us =
         median_host_us(3, [&] { nms_cpu(boxes, config.iou_threshold, config.class_agnostic); });
-    for (const NmsVersion version : {NmsVersion::v1_fast_parallel, NmsVersion::v2_bitmask_greedy}) {
+    for (const NmsVersion version : {NmsVersion::v1_fast_parallel, NmsVersion::v2_bitmask_greedy,
+                                     NmsVersion::v3_bitmask_smem}) {
       GpuNms nms(10000, version);
       const double us = median_gpu_us(stream, std::min(o.repeats, 50), [&] {
         nms.enqueue(d_boxes.data(), 10000, config.iou_threshold, config.class_agnostic, stream);
       });
       const std::vector<Detection> kept = nms.download(stream);
       const bool equal =
-          version == NmsVersion::v2_bitmask_greedy
+          version != NmsVersion::v1_fast_parallel
               ? same(kept, cpu)
               : same(kept, fast_nms_cpu(boxes, config.iou_threshold, config.class_agnostic));
       std::printf("   %-18s %5zu kept, %8.1f us GPU time; equal to its CPU reference: %s\n",
@@ -355,8 +368,10 @@ int run(const Options& o) {
     }
     const course::DeviceBuffer<float> d_f32 = course::to_device(tensor);
     const course::DeviceBuffer<__half> d_f16 = course::to_device(half);
-    BatchedPostprocessor post32(bspec, lbs, config, DType::f32);
-    BatchedPostprocessor post16(bspec, lbs, config, DType::f16);
+    PostprocessConfig bconfig = config;
+    bconfig.nms = NmsVersion::v3_bitmask_smem;
+    BatchedPostprocessor post32(bspec, lbs, bconfig, DType::f32);
+    BatchedPostprocessor post16(bspec, lbs, bconfig, DType::f16);
     const std::vector<PostprocessResult> gpu = post32.run(d_f32.data(), tensor.size(), stream);
     const std::vector<PostprocessResult> cpu =
         postprocess_batch_cpu(tensor.data(), tensor.size(), bspec, lbs, config);

@@ -379,12 +379,14 @@ __global__ void __launch_bounds__(kTile)
 // change the first max_out.
 constexpr int kDiagChunk = 32;  // row blocks whose diagonal tiles sit in shared memory (16 KiB)
 
+// removed: ceil(n / 64) words of shared memory. mask: global memory (v2), or a copy of it in
+// shared memory (v3; then mask_rows is n).
 __device__ __forceinline__ void nms_v2_reduce_body(const Detection* __restrict__ sorted,
                                                    const std::uint64_t* __restrict__ mask,
                                                    int mask_rows, ResultHeader* header,
                                                    int capacity, int max_out,
-                                                   Detection* __restrict__ out) {
-  extern __shared__ std::uint64_t removed[];  // [ceil(n / 64)]
+                                                   Detection* __restrict__ out,
+                                                   std::uint64_t* removed) {
   __shared__ std::uint64_t diagonal[kDiagChunk * kTile];
   __shared__ int kept_rows[kTile];
   __shared__ int kept_count;
@@ -453,7 +455,48 @@ __global__ void __launch_bounds__(kReduceThreads)
                          const std::uint64_t* __restrict__ mask, int mask_rows,
                          ResultHeader* header, int capacity, int max_out,
                          Detection* __restrict__ out) {
-  nms_v2_reduce_body(sorted, mask, mask_rows, header, capacity, max_out, out);
+  extern __shared__ std::uint64_t dynamic_shared[];
+  nms_v2_reduce_body(sorted, mask, mask_rows, header, capacity, max_out, out, dynamic_shared);
+}
+
+// NMS v3: v2's greedy pass, but with the mask first copied into shared memory when all of it
+// fits (n x ceil(n/64) words; the launch reserves `staged_words` of them after removed[]).
+// v2's pass waits, once per row block, for loads from global memory (L2, several hundred ns each
+// round) that depend on the previous block's decision; from shared memory each round costs tens
+// of ns. The copy itself is one coalesced pass, with no dependency between the loads. Only the
+// words the mask kernel wrote are read (tiles on or above the diagonal). When the mask does not
+// fit (n above about 1280 on an H200, 600 on a 64 KiB GPU), this is v2's pass unchanged.
+__device__ __forceinline__ void nms_v3_reduce_body(const Detection* __restrict__ sorted,
+                                                   const std::uint64_t* __restrict__ mask,
+                                                   int mask_rows, ResultHeader* header,
+                                                   int capacity, int max_out,
+                                                   Detection* __restrict__ out, int removed_words,
+                                                   int staged_words) {
+  extern __shared__ std::uint64_t dynamic_shared[];
+  std::uint64_t* removed = dynamic_shared;
+  std::uint64_t* staged = dynamic_shared + removed_words;
+  const int n = candidate_count(header, capacity);
+  const int words = (n + kTile - 1) / kTile;
+  if (static_cast<long long>(n) * words > staged_words) {  // uniform: does not fit, v2's pass
+    nms_v2_reduce_body(sorted, mask, mask_rows, header, capacity, max_out, out, removed);
+    return;
+  }
+  const int total = n * words;
+  for (int e = threadIdx.x; e < total; e += blockDim.x) {
+    const int w = e / n, row = e - w * n;  // word-major, as in global memory: staged[w * n + row]
+    staged[e] = w >= row / kTile ? mask[static_cast<std::size_t>(w) * mask_rows + row] : 0ull;
+  }
+  __syncthreads();
+  nms_v2_reduce_body(sorted, staged, n, header, capacity, max_out, out, removed);
+}
+
+__global__ void __launch_bounds__(kReduceThreads)
+    nms_v3_reduce_kernel(const Detection* __restrict__ sorted,
+                         const std::uint64_t* __restrict__ mask, int mask_rows,
+                         ResultHeader* header, int capacity, int max_out,
+                         Detection* __restrict__ out, int removed_words, int staged_words) {
+  nms_v3_reduce_body(sorted, mask, mask_rows, header, capacity, max_out, out, removed_words,
+                     staged_words);
 }
 
 // For GpuNms: the box count comes from the host, as a kernel argument (a launch parameter is
@@ -530,7 +573,36 @@ struct NmsBuffers {
   Detection* out;  // [max_out]
   int capacity;
   int max_out;
+  int staged_words;  // v3: mask words the greedy pass may stage in shared memory
 };
+
+// v3: how many mask words fit in shared memory beside removed[] (mask_stride words) and the
+// kernel's static shared memory, on the current device; 0 if none. Raises the kernel's dynamic
+// shared-memory limit to the device's opt-in maximum (above 48 KiB a kernel must ask for it:
+// Programming Guide, "Shared Memory", compute capability 7.x and later). For a mask of
+// capacity x mask_stride words, no more is useful.
+template <class Kernel>
+int staged_words_for(Kernel kernel, int capacity, int mask_stride) {
+  int device = 0, optin = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  cudaFuncAttributes attributes{};
+  CUDA_CHECK(cudaFuncGetAttributes(&attributes, kernel));
+  const long long dynamic_bytes =
+      static_cast<long long>(optin) - static_cast<long long>(attributes.sharedSizeBytes);
+  if (dynamic_bytes <= 0) return 0;
+  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  static_cast<int>(dynamic_bytes)));
+  const long long words =
+      dynamic_bytes / static_cast<long long>(sizeof(std::uint64_t)) - mask_stride;
+  return static_cast<int>(
+      std::max(0ll, std::min(words, static_cast<long long>(capacity) * mask_stride)));
+}
+
+std::size_t v3_shared_bytes(int mask_stride, int staged_words) {
+  return (static_cast<std::size_t>(mask_stride) + static_cast<std::size_t>(staged_words)) *
+         sizeof(std::uint64_t);
+}
 
 // Sort + NMS, every launch sized for the capacity; the count is read on the device.
 void enqueue_sort_and_nms(const NmsBuffers& b, float iou_threshold, bool class_agnostic,
@@ -550,10 +622,16 @@ void enqueue_sort_and_nms(const NmsBuffers& b, float iou_threshold, bool class_a
     nms_v2_mask_kernel<<<tiles, kTile, 0, stream>>>(b.sorted, b.header, b.capacity, iou_threshold,
                                                     class_agnostic, b.mask, b.capacity);
     CUDA_CHECK_LAUNCH();
-    const std::size_t removed_bytes =
-        static_cast<std::size_t>(b.mask_stride) * sizeof(std::uint64_t);
-    nms_v2_reduce_kernel<<<1, kReduceThreads, removed_bytes, stream>>>(
-        b.sorted, b.mask, b.capacity, b.header, b.capacity, b.max_out, b.out);
+    if (version == NmsVersion::v3_bitmask_smem) {
+      nms_v3_reduce_kernel<<<1, kReduceThreads, v3_shared_bytes(b.mask_stride, b.staged_words),
+                             stream>>>(b.sorted, b.mask, b.capacity, b.header, b.capacity,
+                                       b.max_out, b.out, b.mask_stride, b.staged_words);
+    } else {
+      const std::size_t removed_bytes =
+          static_cast<std::size_t>(b.mask_stride) * sizeof(std::uint64_t);
+      nms_v2_reduce_kernel<<<1, kReduceThreads, removed_bytes, stream>>>(
+          b.sorted, b.mask, b.capacity, b.header, b.capacity, b.max_out, b.out);
+    }
     CUDA_CHECK_LAUNCH();
   }
 }
@@ -596,10 +674,13 @@ GpuPostprocessor::GpuPostprocessor(const OutputSpec& spec, const Letterbox& lett
   keys_ = course::DeviceBuffer<std::uint32_t>(static_cast<std::size_t>(spec.num_candidates));
   candidates_ = course::DeviceBuffer<Detection>(static_cast<std::size_t>(capacity));
   sorted_ = course::DeviceBuffer<Detection>(static_cast<std::size_t>(capacity));
-  if (config.nms == NmsVersion::v2_bitmask_greedy) {
+  if (config.nms != NmsVersion::v1_fast_parallel) {
     mask_ = course::DeviceBuffer<std::uint64_t>(static_cast<std::size_t>(capacity) * mask_stride_);
   } else {
     keep_ = course::DeviceBuffer<std::uint8_t>(static_cast<std::size_t>(capacity));
+  }
+  if (config.nms == NmsVersion::v3_bitmask_smem) {
+    staged_words_ = staged_words_for(nms_v3_reduce_kernel, capacity, mask_stride_);
   }
   result_ = course::DeviceBuffer<std::uint8_t>(result_bytes(config.max_detections));
   host_result_ = course::PinnedBuffer<std::uint8_t>(result_.size());
@@ -643,7 +724,8 @@ void GpuPostprocessor::enqueue(const float* output, std::size_t elements, cudaSt
                            header,
                            detections_of(result_.data()),
                            capacity,
-                           config_.max_detections};
+                           config_.max_detections,
+                           staged_words_};
   enqueue_sort_and_nms(buffers, config_.iou_threshold, config_.class_agnostic, config_.nms, stream);
   // One small copy back, into pinned memory: the copy engine DMAs straight into it, and the
   // copy can be captured into a graph (a pageable destination could not).
@@ -691,15 +773,19 @@ GpuNms::GpuNms(int capacity, NmsVersion version)
     throw std::invalid_argument("GpuNms: capacity must be in [1, " + std::to_string(kMaxNmsBoxes) +
                                 "], got " + std::to_string(capacity));
   }
-  if (version != NmsVersion::v1_fast_parallel && version != NmsVersion::v2_bitmask_greedy) {
+  if (version != NmsVersion::v1_fast_parallel && version != NmsVersion::v2_bitmask_greedy &&
+      version != NmsVersion::v3_bitmask_smem) {
     throw std::invalid_argument("GpuNms: unknown NmsVersion");
   }
   mask_stride_ = ceil_div(capacity, kTile);
   sorted_ = course::DeviceBuffer<Detection>(static_cast<std::size_t>(capacity));
-  if (version == NmsVersion::v2_bitmask_greedy) {
+  if (version != NmsVersion::v1_fast_parallel) {
     mask_ = course::DeviceBuffer<std::uint64_t>(static_cast<std::size_t>(capacity) * mask_stride_);
   } else {
     keep_ = course::DeviceBuffer<std::uint8_t>(static_cast<std::size_t>(capacity));
+  }
+  if (version == NmsVersion::v3_bitmask_smem) {
+    staged_words_ = staged_words_for(nms_v3_reduce_kernel, capacity, mask_stride_);
   }
   result_ = course::DeviceBuffer<std::uint8_t>(result_bytes(capacity));
   CUDA_CHECK(cudaMemset(result_.data(), 0, result_.bytes()));
@@ -724,7 +810,8 @@ void GpuNms::enqueue(const Detection* boxes, int n, float iou_threshold, bool cl
                            header,
                            detections_of(result_.data()),
                            capacity_,
-                           capacity_};
+                           capacity_,
+                           staged_words_};
   enqueue_sort_and_nms(buffers, iou_threshold, class_agnostic, version_, stream);
 }
 
@@ -852,9 +939,17 @@ __global__ void __launch_bounds__(kTile)
 }
 
 __global__ void __launch_bounds__(kReduceThreads) batched_nms_v2_reduce_kernel(BatchBuffers b) {
+  extern __shared__ std::uint64_t dynamic_shared[];
   const ImageSlices s = slices_of(b, blockIdx.x);
   nms_v2_reduce_body(s.sorted, s.mask, b.capacity, s.header, b.capacity, b.max_out,
-                     s.detections);
+                     s.detections, dynamic_shared);
+}
+
+__global__ void __launch_bounds__(kReduceThreads)
+    batched_nms_v3_reduce_kernel(BatchBuffers b, int staged_words) {
+  const ImageSlices s = slices_of(b, blockIdx.x);
+  nms_v3_reduce_body(s.sorted, s.mask, b.capacity, s.header, b.capacity, b.max_out,
+                     s.detections, b.mask_stride, staged_words);
 }
 
 // One block per image: the plugin's four outputs, zero past the count (as its memsets leave
@@ -935,9 +1030,9 @@ BatchedPostprocessor::BatchedPostprocessor(const BatchSpec& spec,
     : spec_(spec), config_(config), dtype_(dtype) {
   validate(spec);
   validate(config);
-  if (config.nms != NmsVersion::v2_bitmask_greedy) {
+  if (config.nms == NmsVersion::v1_fast_parallel) {
     throw std::invalid_argument(
-        "BatchedPostprocessor: only NmsVersion::v2_bitmask_greedy is batched");
+        "BatchedPostprocessor: only greedy NMS (v2_bitmask_greedy, v3_bitmask_smem) is batched");
   }
   if (dtype != DType::f32 && dtype != DType::f16) {
     throw std::invalid_argument("BatchedPostprocessor: unknown DType");
@@ -964,6 +1059,10 @@ BatchedPostprocessor::BatchedPostprocessor(const BatchSpec& spec,
   result_ = course::DeviceBuffer<std::uint8_t>(batch_result_bytes(spec.batch,
                                                                   config.max_detections));
   host_result_ = course::PinnedBuffer<std::uint8_t>(result_.size());
+  if (config.nms == NmsVersion::v3_bitmask_smem) {
+    staged_words_ = staged_words_for(batched_nms_v3_reduce_kernel, config.max_candidates,
+                                     mask_stride_);
+  }
   CUDA_CHECK(cudaMemset(result_.data(), 0, result_.bytes()));  // see GpuPostprocessor
   std::memset(host_result_.data(), 0, host_result_.bytes());
 }
@@ -1034,9 +1133,15 @@ void BatchedPostprocessor::enqueue_f32(const float* output, cudaStream_t stream)
   batched_nms_v2_mask_kernel<<<dim3(tiles, tiles, images), kTile, 0, stream>>>(
       b, config_.iou_threshold, config_.class_agnostic);
   CUDA_CHECK_LAUNCH();
-  batched_nms_v2_reduce_kernel<<<images, kReduceThreads,
-                                 static_cast<std::size_t>(mask_stride_) * sizeof(std::uint64_t),
-                                 stream>>>(b);
+  if (config_.nms == NmsVersion::v3_bitmask_smem) {
+    batched_nms_v3_reduce_kernel<<<images, kReduceThreads,
+                                   v3_shared_bytes(mask_stride_, staged_words_), stream>>>(
+        b, staged_words_);
+  } else {
+    batched_nms_v2_reduce_kernel<<<images, kReduceThreads,
+                                   static_cast<std::size_t>(mask_stride_) * sizeof(std::uint64_t),
+                                   stream>>>(b);
+  }
   CUDA_CHECK_LAUNCH();
   CUDA_CHECK(cudaMemcpyAsync(host_result_.data(), result_.data(), result_.bytes(),
                              cudaMemcpyDeviceToHost, stream));

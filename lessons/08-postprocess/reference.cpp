@@ -18,7 +18,12 @@ const char* to_string(Layout layout) {
 }
 
 const char* to_string(NmsVersion version) {
-  return version == NmsVersion::v1_fast_parallel ? "v1 fast parallel" : "v2 bitmask greedy";
+  switch (version) {
+    case NmsVersion::v1_fast_parallel: return "v1 fast parallel";
+    case NmsVersion::v2_bitmask_greedy: return "v2 bitmask greedy";
+    case NmsVersion::v3_bitmask_smem: return "v3 bitmask smem";
+  }
+  return "unknown NmsVersion";
 }
 
 void validate(const OutputSpec& spec) {
@@ -58,7 +63,8 @@ void validate(const PostprocessConfig& config) {
     throw std::invalid_argument("max_detections must be in [1, " + std::to_string(kMaxNmsBoxes) +
                                 "], got " + std::to_string(config.max_detections));
   }
-  if (config.nms != NmsVersion::v1_fast_parallel && config.nms != NmsVersion::v2_bitmask_greedy) {
+  if (config.nms != NmsVersion::v1_fast_parallel && config.nms != NmsVersion::v2_bitmask_greedy &&
+      config.nms != NmsVersion::v3_bitmask_smem) {
     throw std::invalid_argument("unknown NmsVersion");
   }
 }
