@@ -14,9 +14,9 @@
 //                                            launch sequence, f32 or f16 input (f16 includes its
 //                                            widening pass), NMS v2 or v3; /trt adds the
 //                                            EfficientNMS layout kernel (outputs stay on device)
-//   sort/<version>/s<S>/<n>                  v4 sweep: S segments of n detections into NMS order,
+//   sort/<version>/s<S>/<n>                  CUB sweep: S segments of n detections into NMS order,
 //                                            rank_sort (ours) | cub_radix (CUB radix sort)
-//   compact/<version>/<n>                    v4 sweep: compaction of n keys, 10% passing,
+//   compact/<version>/<n>                    CUB sweep: compaction of n keys, 10% passing,
 //                                            warp_atomic (ours) | cub_select (CUB, ordered)
 //
 // Data: a 1280x720 scene with 40 objects x 25 candidates (about 1000 candidates above the 0.25

@@ -1,4 +1,4 @@
-// Lesson 08 v4: CUB for large candidate counts, beside the lesson's own sort and compaction.
+// Lesson 08: CUB for large candidate counts, beside the lesson's own sort and compaction.
 //
 //   DetectionSorter   rank sort (postprocess.cu) | cub::DeviceRadixSort / DeviceSegmentedRadixSort
 //   Compactor         warp-aggregated atomicAdd  | cub::DeviceSelect::If (ordered)

@@ -846,7 +846,7 @@ std::vector<Detection> nms_gpu(const std::vector<Detection>& boxes, float iou_th
   return nms.download(stream);
 }
 
-// =============================================== 9. v3: a batch, FP16 input, EfficientNMS layout
+// ================================================== 9. a batch, FP16 input, EfficientNMS layout
 //
 // The same bodies as sections 1-5, one grid dimension more: blockIdx.y (blockIdx.z for the 2-D
 // mask grid) is the image. Each image's pointers are its own slices, computed once at the top
@@ -888,18 +888,10 @@ struct ImageSlices {
 };
 
 __device__ ImageSlices slices_of(const BatchBuffers& b, int image) {
-  const std::size_t i = static_cast<std::size_t>(image);
-  const std::size_t cap = static_cast<std::size_t>(b.capacity);
-  const std::size_t elements = static_cast<std::size_t>(b.spec.num_candidates) *
-                               static_cast<std::size_t>(b.spec.attributes());
-  return {b.output + i * elements,
-          b.letterboxes + i,
-          b.keys + i * static_cast<std::size_t>(b.spec.num_candidates),
-          b.candidates + i * cap,
-          b.sorted + i * cap,
-          b.mask + i * cap * static_cast<std::size_t>(b.mask_stride),
-          b.headers + i,
-          b.detections + i * static_cast<std::size_t>(b.max_out)};
+  const SliceOffsets o = slice_offsets(b.spec, image, b.capacity, b.mask_stride, b.max_out);
+  return {b.output + o.output,         b.letterboxes + image, b.keys + o.keys,
+          b.candidates + o.candidates, b.sorted + o.candidates, b.mask + o.mask,
+          b.headers + image,           b.detections + o.detections};
 }
 
 // FP16 -> FP32, exact (binary16 is a subset of binary32). Memory-bound: 2 bytes in, 4 out.
@@ -983,7 +975,7 @@ __global__ void __launch_bounds__(kLayoutThreads)
   }
 }
 
-// v4's baseline (DetectionSorter, cub_baselines.cu): the rank sort on segments of a buffer,
+// The CUB comparison's baseline (DetectionSorter, cub_baselines.cu): the rank sort on segments of a buffer,
 // counts[s] valid detections at the start of segment s.
 __global__ void __launch_bounds__(kSortThreads)
     segmented_rank_sort_kernel(const Detection* __restrict__ in, const int* __restrict__ counts,

@@ -341,7 +341,7 @@ class GpuNms {
 std::vector<Detection> nms_gpu(const std::vector<Detection>& boxes, float iou_threshold,
                                bool class_agnostic, NmsVersion version);
 
-// ------------------------------------------- v3: a whole batch, FP16 input, TensorRT's layout
+// ---------------------------------------- a whole batch, FP16 input, TensorRT's NMS layout
 // postprocess.cu section 9 (README "A batch in one launch sequence").
 //
 // A batched engine writes one tensor [B, per-image layout]: image b's output starts at element
@@ -366,6 +366,22 @@ struct BatchSpec {
   int batch = 1;     // B >= 1
   std::size_t elements() const { return static_cast<std::size_t>(batch) * image.elements(); }
 };
+
+// EXERCISE 5. Where image b's part of each batch buffer starts, in elements (not bytes), for a
+// batch of images laid out as `image` says, each with `capacity` candidate slots, a v2 mask of
+// mask_stride words per slot and room for max_detections results:
+//   output      the tensor:        B x (N x attributes) floats, image after image
+//   keys        dense score keys:  B x N
+//   candidates  candidate buffer:  B x capacity   (the sorted buffer has the same layout)
+//   mask        NMS mask:          B x (capacity x mask_stride)
+//   detections  results:           B x max_detections
+// The batched kernels compute every image's pointers from these (slices_of, postprocess.cu), so
+// a wrong offset here is the "only image 0 is right" bug. 0 <= b; nothing is checked.
+struct SliceOffsets {
+  std::size_t output, keys, candidates, mask, detections;
+};
+__host__ __device__ SliceOffsets slice_offsets(const OutputSpec& image, int b, int capacity,
+                                               int mask_stride, int max_detections);
 
 // Throws std::invalid_argument unless 1 <= batch <= 65535 (a grid dimension), the image spec is
 // valid (validate(OutputSpec)) and the whole tensor has fewer than 2^40 elements.
@@ -461,7 +477,7 @@ class BatchedPostprocessor {
   course::PinnedBuffer<std::uint8_t> host_result_;  // its pinned mirror
 };
 
-// -------------------------------------------- v4: CUB for large counts (sort and compaction)
+// ------------------------------------------- CUB for large counts (sort and compaction)
 // cub_baselines.cu (README "CUB: when the library wins"). The lesson's own sort (rank sort: one
 // launch, O(n^2) independent comparisons, no temporary storage) and compaction (warp-aggregated
 // atomicAdd, order decided by warp scheduling) against CUB's radix sort and ordered select.

@@ -1074,7 +1074,7 @@ TEST_CASE("softmax then top-k: the classification head", "[gpu][ex4]") {
     CHECK(top[static_cast<std::size_t>(j)] <= top[static_cast<std::size_t>(j - 1)]);
 }
 
-// ============================================ v3: batched postprocess, FP16, EfficientNMS layout
+// ================================================ batched postprocess, FP16, EfficientNMS layout
 
 namespace {
 
@@ -1156,6 +1156,31 @@ std::uint16_t bits_of(__half h) {
 }
 
 }  // namespace
+
+TEST_CASE("slice_offsets: each image's part of every batch buffer", "[batch][ex5]") {
+  // Hand-computed: YOLOv5, N = 7, C = 3 (8 values per candidate), capacity 5, 2 mask words per
+  // slot, 4 detections per image.
+  const OutputSpec v5{Layout::yolov5, 7, 3};
+  const SliceOffsets zero = slice_offsets(v5, 0, 5, 2, 4);
+  CHECK(zero.output == 0);
+  CHECK(zero.keys == 0);
+  CHECK(zero.candidates == 0);
+  CHECK(zero.mask == 0);
+  CHECK(zero.detections == 0);
+  const SliceOffsets three = slice_offsets(v5, 3, 5, 2, 4);
+  CHECK(three.output == 3 * 7 * 8);
+  CHECK(three.keys == 3 * 7);
+  CHECK(three.candidates == 3 * 5);
+  CHECK(three.mask == 3 * 5 * 2);
+  CHECK(three.detections == 3 * 4);
+  // YOLOv8 (4 + C values), and sizes whose products overflow 32 bits: 32 images of 25200 x 85
+  // fit in an int, the mask of 40,000 images of 65,536 slots x 1024 words does not.
+  const OutputSpec v8{Layout::yolov8, 8400, 80};
+  CHECK(slice_offsets(v8, 1, 4096, 64, 300).output == 8400u * 84u);
+  const SliceOffsets big = slice_offsets(v8, 40000, 65536, 1024, 300);
+  CHECK(big.mask == std::size_t{40000} * 65536u * 1024u);
+  CHECK(big.output == std::size_t{40000} * 8400u * 84u);
+}
 
 TEST_CASE("postprocess_batch_cpu runs postprocess_cpu on each image's slice", "[batch]") {
   const Batch b = make_batch(Layout::yolov8, 5, 700, 4, 300);
@@ -1242,7 +1267,7 @@ TEST_CASE("Batched postprocess: bad input is rejected before any GPU work", "[ba
                     Contains("expected 2800 elements, got 2799"));
 }
 
-TEST_CASE("GPU batched: every image equals the CPU reference, image by image", "[gpu][batch]") {
+TEST_CASE("GPU batched: every image equals the CPU reference, image by image", "[gpu][batch][ex5]") {
   const Layout layout = GENERATE(Layout::yolov5, Layout::yolov8);
   const bool agnostic = GENERATE(false, true);
   const int batch = GENERATE(1, 2, 7);
@@ -1271,7 +1296,7 @@ TEST_CASE("GPU batched: every image equals the CPU reference, image by image", "
 }
 
 TEST_CASE("GPU batched: per-image drop counts, overflowing and fitting images side by side",
-          "[gpu][batch]") {
+          "[gpu][batch][ex5]") {
   const Batch b = make_batch(Layout::yolov8, 6, 3000, 3, 77);
   PostprocessConfig c;
   c.max_candidates = 60;  // some images have more candidates above the threshold, some fewer
@@ -1288,7 +1313,7 @@ TEST_CASE("GPU batched: per-image drop counts, overflowing and fitting images si
   require_same_per_image(post.run(d.data(), b.tensor.size(), stream), cpu);
 }
 
-TEST_CASE("GPU batched FP16: exactly the FP32 path on the widened values", "[gpu][batch]") {
+TEST_CASE("GPU batched FP16: exactly the FP32 path on the widened values", "[gpu][batch][ex5]") {
   const Layout layout = GENERATE(Layout::yolov5, Layout::yolov8);
   const Batch b = make_batch(layout, 4, 2500, 6, 90);
   // The engine's FP16 output: the FP32 tensor rounded to nearest binary16.
@@ -1324,7 +1349,7 @@ TEST_CASE("GPU batched FP16: exactly the FP32 path on the widened values", "[gpu
                     Contains("expected"));
 }
 
-TEST_CASE("GPU batched: EfficientNMS_TRT output layout, padded with zeros", "[gpu][batch]") {
+TEST_CASE("GPU batched: EfficientNMS_TRT output layout, padded with zeros", "[gpu][batch][ex5]") {
   const Batch b = make_batch(Layout::yolov8, 5, 2000, 4, 123);
   PostprocessConfig c;
   c.max_detections = GENERATE(1, 5, 100);
@@ -1358,7 +1383,7 @@ TEST_CASE("GPU batched: EfficientNMS_TRT output layout, padded with zeros", "[gp
                     Contains("non-null"));
 }
 
-// ================================================== v4: CUB sort and compaction beside ours
+// ====================================================== CUB sort and compaction beside ours
 
 TEST_CASE("DetectionSorter and Compactor reject bad sizes before touching the GPU", "[args]") {
   CHECK_THROWS_WITH(DetectionSorter(0, 1, SortVersion::rank_sort), Contains("segment_capacity"));
