@@ -87,7 +87,8 @@ const char* layout_name(Layout l) {
   return l == Layout::yolov5 ? "yolov5" : "yolov8";
 }
 const char* nms_name(NmsVersion v) {
-  return v == NmsVersion::v1_fast_parallel ? "v1" : (v == NmsVersion::v2_bitmask_greedy ? "v2" : "v3");
+  return v == NmsVersion::v1_fast_parallel ? "v1"
+                                           : (v == NmsVersion::v2_bitmask_greedy ? "v2" : "v3");
 }
 
 // CPU timing with the same manual-time protocol as the GPU rows.
@@ -185,7 +186,8 @@ const BatchFrame& batch_frame(Layout layout, int batch) {
     const Frame& one = frame(layout);
     f = std::make_unique<BatchFrame>();
     f->spec = {one.spec, batch};
-    for (int b = 0; b < batch; ++b) f->tensor.insert(f->tensor.end(), one.tensor.begin(), one.tensor.end());
+    for (int b = 0; b < batch; ++b)
+      f->tensor.insert(f->tensor.end(), one.tensor.begin(), one.tensor.end());
     f->half.resize(f->tensor.size());
     for (std::size_t i = 0; i < f->half.size(); ++i) f->half[i] = __float2half_rn(f->tensor[i]);
   }
@@ -229,13 +231,16 @@ void gpu_batch(benchmark::State& state, Layout layout, int batch, DType dtype, N
         } else {
           post.enqueue(d_f32.data(), f.tensor.size(), stream);
         }
-        if (trt) post.write_efficient_nms({num.data(), boxes.data(), scores.data(), classes.data()}, stream);
+        if (trt)
+          post.write_efficient_nms({num.data(), boxes.data(), scores.data(), classes.data()},
+                                   stream);
       });
   stream.synchronize();
   const std::vector<PostprocessResult> r = post.results();
   state.counters["detections"] = static_cast<double>(r.at(0).detections.size());
   state.counters["us_per_image"] = 1e6 * s / batch;
-  const std::size_t bytes = f.tensor.size() * (dtype == DType::f16 ? sizeof(__half) : sizeof(float));
+  const std::size_t bytes =
+      f.tensor.size() * (dtype == DType::f16 ? sizeof(__half) : sizeof(float));
   course::bench::report_bandwidth(state, static_cast<double>(bytes), s);
   report(state, batch_baseline(layout, batch), s, kPostprocessBudgetUs * batch);
 }
@@ -291,8 +296,7 @@ bool register_benchmarks() {
   }
   for (const Layout layout : {Layout::yolov5, Layout::yolov8}) {
     for (const int batch : {1, 8, 32}) {
-      const std::string name =
-          std::string(layout_name(layout)) + "/b" + std::to_string(batch);
+      const std::string name = std::string(layout_name(layout)) + "/b" + std::to_string(batch);
       RegisterBenchmark(("cpu_batch/" + name).c_str(), cpu_batch, layout, batch)
           ->Apply(course::bench::defaults);
       struct Row {

@@ -52,7 +52,7 @@ __global__ void make_sort_keys_kernel(const Detection* __restrict__ in,
   const std::size_t p = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (p < static_cast<std::size_t>(segments)) {
     const int s = static_cast<int>(p);
-    offsets[s] = s * capacity;                                       // begin
+    offsets[s] = s * capacity;                                        // begin
     offsets[segments + s] = s * capacity + min(counts[s], capacity);  // end
   }
   if (p >= total) return;
@@ -123,9 +123,9 @@ DetectionSorter::DetectionSorter(int segment_capacity, int segments, SortVersion
   offsets_ = course::DeviceBuffer<int>(2 * static_cast<std::size_t>(segments));
   std::size_t bytes = 0;  // the size query: no work, no memory touched
   if (segments == 1) {
-    CUDA_CHECK(cub::DeviceRadixSort::SortPairsDescending(
-        nullptr, bytes, keys_in_.data(), keys_out_.data(), values_in_.data(), values_out_.data(),
-        total));
+    CUDA_CHECK(cub::DeviceRadixSort::SortPairsDescending(nullptr, bytes, keys_in_.data(),
+                                                         keys_out_.data(), values_in_.data(),
+                                                         values_out_.data(), total));
   } else {
     CUDA_CHECK(cub::DeviceSegmentedRadixSort::SortPairsDescending(
         nullptr, bytes, keys_in_.data(), keys_out_.data(), values_in_.data(), values_out_.data(),
@@ -149,9 +149,9 @@ void DetectionSorter::enqueue(const Detection* in, const int* counts, Detection*
   CUDA_CHECK_LAUNCH();
   std::size_t bytes = temp_.size();
   if (segments_ == 1) {
-    CUDA_CHECK(cub::DeviceRadixSort::SortPairsDescending(
-        temp_.data(), bytes, keys_in_.data(), keys_out_.data(), values_in_.data(),
-        values_out_.data(), total, 0, 64, stream));
+    CUDA_CHECK(cub::DeviceRadixSort::SortPairsDescending(temp_.data(), bytes, keys_in_.data(),
+                                                         keys_out_.data(), values_in_.data(),
+                                                         values_out_.data(), total, 0, 64, stream));
   } else {
     CUDA_CHECK(cub::DeviceSegmentedRadixSort::SortPairsDescending(
         temp_.data(), bytes, keys_in_.data(), keys_out_.data(), values_in_.data(),

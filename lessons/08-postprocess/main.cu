@@ -139,8 +139,8 @@ int dump_boxes(const Options& o) {
     }
   }
   ok = std::fclose(f) == 0 && ok;
-  std::printf("%s %s\n", ok ? "wrote" : "FAILED writing (or GPU != CPU reference):",
-              o.dump_boxes.c_str());
+  std::printf("%s %s\n",
+              ok ? "wrote" : "FAILED writing (or GPU != CPU reference):", o.dump_boxes.c_str());
   return ok ? 0 : 1;
 }
 
@@ -235,9 +235,10 @@ int run(const Options& o) {
     const course::Timing v3_graph =
         timing_us(stream, o.repeats, [&] { post_v3.launch_graph(stream); });
     const bool v3_equal = same(v3.detections, cpu.detections);
-    std::printf("   with NMS v3 (v2, mask in shared memory), one graph launch: %.1f us GPU time,\n"
-                "   %.1f us end to end; equal to the CPU reference: %s\n",
-                v3_graph.gpu_ms, v3_graph.latency_ms, yes_no(v3_equal));
+    std::printf(
+        "   with NMS v3 (v2, mask in shared memory), one graph launch: %.1f us GPU time,\n"
+        "   %.1f us end to end; equal to the CPU reference: %s\n",
+        v3_graph.gpu_ms, v3_graph.latency_ms, yes_no(v3_equal));
     ok = ok && v3_equal;
     if (layout == Layout::yolov8) {
       drawn = gpu.detections;
@@ -391,9 +392,10 @@ int run(const Options& o) {
     }
     std::printf("   %d images, %zu MB (f32); %d objects in all, %d detections\n", batch,
                 tensor.size() * sizeof(float) >> 20, total, found);
-    std::printf("   images equal to the CPU reference, image by image: f32 %d of %d, "
-                "f16 %d of %d (f16: against the CPU on the exactly widened values)\n",
-                equal_images, batch, equal_images16, batch);
+    std::printf(
+        "   images equal to the CPU reference, image by image: f32 %d of %d, "
+        "f16 %d of %d (f16: against the CPU on the exactly widened values)\n",
+        equal_images, batch, equal_images16, batch);
     ok = ok && equal_images == batch && equal_images16 == batch;
 
     const int k = config.max_detections;
@@ -409,21 +411,22 @@ int run(const Options& o) {
                            course::to_host(boxes) == expected.detection_boxes &&
                            course::to_host(scores) == expected.detection_scores &&
                            course::to_host(classes) == expected.detection_classes;
-    std::printf("   EfficientNMS layout (num_detections [%d,1], detection_boxes [%d,%d,4], ...):"
-                " equal to the CPU conversion: %s; num_detections[0..3] = %d %d %d %d\n",
-                batch, batch, k, yes_no(trt_equal), expected.num_detections[0],
-                expected.num_detections[1], expected.num_detections[2],
-                expected.num_detections[3]);
+    std::printf(
+        "   EfficientNMS layout (num_detections [%d,1], detection_boxes [%d,%d,4], ...):"
+        " equal to the CPU conversion: %s; num_detections[0..3] = %d %d %d %d\n",
+        batch, batch, k, yes_no(trt_equal), expected.num_detections[0], expected.num_detections[1],
+        expected.num_detections[2], expected.num_detections[3]);
     ok = ok && trt_equal;
 
-    const course::Timing t32 = timing_us(
-        stream, o.repeats, [&] { post32.enqueue(d_f32.data(), tensor.size(), stream); });
-    const course::Timing t16 = timing_us(
-        stream, o.repeats, [&] { post16.enqueue(d_f16.data(), half.size(), stream); });
+    const course::Timing t32 =
+        timing_us(stream, o.repeats, [&] { post32.enqueue(d_f32.data(), tensor.size(), stream); });
+    const course::Timing t16 =
+        timing_us(stream, o.repeats, [&] { post16.enqueue(d_f16.data(), half.size(), stream); });
     std::printf("   time per batch of %d (median of %d):  GPU time   end to end\n", batch,
                 o.repeats);
-    std::printf("     f32 input:                        %8.1f us  %8.1f us  (%.1f us GPU per image)\n",
-                t32.gpu_ms, t32.latency_ms, t32.gpu_ms / batch);
+    std::printf(
+        "     f32 input:                        %8.1f us  %8.1f us  (%.1f us GPU per image)\n",
+        t32.gpu_ms, t32.latency_ms, t32.gpu_ms / batch);
     std::printf("     f16 input (widening included):    %8.1f us  %8.1f us\n", t16.gpu_ms,
                 t16.latency_ms);
     course::add_headline("batch of 32 postprocessed in %.0f us GPU time", t32.gpu_ms);

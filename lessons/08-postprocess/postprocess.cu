@@ -233,8 +233,8 @@ constexpr int kSortTile = 2048;    // keys per shared-memory tile: 16 KiB
 // few thousand candidates a frame has, that should take microseconds, in one launch, with the
 // count read on the device. Every key is read from shared memory by all threads at once (a
 // broadcast, no bank conflict). For much larger n a radix sort (CUB DeviceRadixSort) wins.
-__device__ __forceinline__ void rank_sort_body(int block, const Detection* __restrict__ in,
-                                               int n, Detection* __restrict__ out) {
+__device__ __forceinline__ void rank_sort_body(int block, const Detection* __restrict__ in, int n,
+                                               Detection* __restrict__ out) {
   const int first = block * blockDim.x;
   if (first >= n) return;  // the whole block is past the count
   const int i = first + threadIdx.x;
@@ -357,8 +357,8 @@ __global__ void __launch_bounds__(kTile)
     nms_v2_mask_kernel(const Detection* __restrict__ sorted, const ResultHeader* header,
                        int capacity, float iou_threshold, bool class_agnostic,
                        std::uint64_t* __restrict__ mask, int mask_rows) {
-  nms_v2_mask_body(blockIdx.y, blockIdx.x, sorted, header, capacity, iou_threshold,
-                   class_agnostic, mask, mask_rows);
+  nms_v2_mask_body(blockIdx.y, blockIdx.x, sorted, header, capacity, iou_threshold, class_agnostic,
+                   mask, mask_rows);
 }
 
 // Step 2, the sequential part of greedy NMS, on the GPU so the result never visits the host:
@@ -862,16 +862,16 @@ constexpr int kLayoutThreads = 256;
 
 // Image b's slices of the batch buffers.
 struct BatchBuffers {
-  const float* output;       // [B][elements]
-  OutputSpec spec;           // one image
+  const float* output;           // [B][elements]
+  OutputSpec spec;               // one image
   const Letterbox* letterboxes;  // [B]
-  std::uint32_t* keys;       // [B][N]
-  Detection* candidates;     // [B][capacity]
-  Detection* sorted;         // [B][capacity]
-  std::uint64_t* mask;       // [B][mask_stride][capacity]
+  std::uint32_t* keys;           // [B][N]
+  Detection* candidates;         // [B][capacity]
+  Detection* sorted;             // [B][capacity]
+  std::uint64_t* mask;           // [B][mask_stride][capacity]
   int mask_stride;
-  ResultHeader* headers;     // [B]
-  Detection* detections;     // [B][max_out]
+  ResultHeader* headers;  // [B]
+  Detection* detections;  // [B][max_out]
   int capacity;
   int max_out;
 };
@@ -889,8 +889,8 @@ struct ImageSlices {
 
 __device__ ImageSlices slices_of(const BatchBuffers& b, int image) {
   const SliceOffsets o = slice_offsets(b.spec, image, b.capacity, b.mask_stride, b.max_out);
-  return {b.output + o.output,         b.letterboxes + image, b.keys + o.keys,
-          b.candidates + o.candidates, b.sorted + o.candidates, b.mask + o.mask,
+  return {b.output + o.output,         b.letterboxes + image,      b.keys + o.keys,
+          b.candidates + o.candidates, b.sorted + o.candidates,    b.mask + o.mask,
           b.headers + image,           b.detections + o.detections};
 }
 
@@ -933,15 +933,15 @@ __global__ void __launch_bounds__(kTile)
 __global__ void __launch_bounds__(kReduceThreads) batched_nms_v2_reduce_kernel(BatchBuffers b) {
   extern __shared__ std::uint64_t dynamic_shared[];
   const ImageSlices s = slices_of(b, blockIdx.x);
-  nms_v2_reduce_body(s.sorted, s.mask, b.capacity, s.header, b.capacity, b.max_out,
-                     s.detections, dynamic_shared);
+  nms_v2_reduce_body(s.sorted, s.mask, b.capacity, s.header, b.capacity, b.max_out, s.detections,
+                     dynamic_shared);
 }
 
 __global__ void __launch_bounds__(kReduceThreads)
     batched_nms_v3_reduce_kernel(BatchBuffers b, int staged_words) {
   const ImageSlices s = slices_of(b, blockIdx.x);
-  nms_v3_reduce_body(s.sorted, s.mask, b.capacity, s.header, b.capacity, b.max_out,
-                     s.detections, b.mask_stride, staged_words);
+  nms_v3_reduce_body(s.sorted, s.mask, b.capacity, s.header, b.capacity, b.max_out, s.detections,
+                     b.mask_stride, staged_words);
 }
 
 // One block per image: the plugin's four outputs, zero past the count (as its memsets leave
@@ -975,8 +975,8 @@ __global__ void __launch_bounds__(kLayoutThreads)
   }
 }
 
-// The CUB comparison's baseline (DetectionSorter, cub_baselines.cu): the rank sort on segments of a buffer,
-// counts[s] valid detections at the start of segment s.
+// The CUB comparison's baseline (DetectionSorter, cub_baselines.cu): the rank sort on segments of a
+// buffer, counts[s] valid detections at the start of segment s.
 __global__ void __launch_bounds__(kSortThreads)
     segmented_rank_sort_kernel(const Detection* __restrict__ in, const int* __restrict__ counts,
                                int capacity, Detection* __restrict__ out) {
@@ -992,8 +992,8 @@ std::size_t batch_result_bytes(int batch, int max_detections) {
 }  // namespace
 
 namespace detail {
-void enqueue_rank_sort_segments(const Detection* in, const int* counts, int capacity,
-                                int segments, Detection* out, cudaStream_t stream) {
+void enqueue_rank_sort_segments(const Detection* in, const int* counts, int capacity, int segments,
+                                Detection* out, cudaStream_t stream) {
   segmented_rank_sort_kernel<<<dim3(ceil_div(capacity, kSortThreads),
                                     static_cast<unsigned>(segments)),
                                kSortThreads, 0, stream>>>(in, counts, capacity, out);
@@ -1030,30 +1030,29 @@ BatchedPostprocessor::BatchedPostprocessor(const BatchSpec& spec,
     throw std::invalid_argument("BatchedPostprocessor: unknown DType");
   }
   if (letterboxes.size() != 1 && letterboxes.size() != static_cast<std::size_t>(spec.batch)) {
-    throw std::invalid_argument("BatchedPostprocessor: expected 1 or B = " +
-                                std::to_string(spec.batch) + " letterboxes, got " +
-                                std::to_string(letterboxes.size()));
+    throw std::invalid_argument(
+        "BatchedPostprocessor: expected 1 or B = " + std::to_string(spec.batch) +
+        " letterboxes, got " + std::to_string(letterboxes.size()));
   }
   for (const Letterbox& lb : letterboxes) validate(lb);
   const std::size_t batch = static_cast<std::size_t>(spec.batch);
   const std::size_t capacity = static_cast<std::size_t>(config.max_candidates);
   mask_stride_ = ceil_div(config.max_candidates, kTile);
   // Every image gets its own copy, so the kernels index letterboxes_[image] alike for both cases.
-  letterboxes_ = course::to_device(letterboxes.size() == batch
-                                       ? letterboxes
-                                       : std::vector<Letterbox>(batch, letterboxes[0]));
+  letterboxes_ = course::to_device(
+      letterboxes.size() == batch ? letterboxes : std::vector<Letterbox>(batch, letterboxes[0]));
   if (dtype == DType::f16) widened_ = course::DeviceBuffer<float>(spec.elements());
   keys_ = course::DeviceBuffer<std::uint32_t>(batch *
                                               static_cast<std::size_t>(spec.image.num_candidates));
   candidates_ = course::DeviceBuffer<Detection>(batch * capacity);
   sorted_ = course::DeviceBuffer<Detection>(batch * capacity);
   mask_ = course::DeviceBuffer<std::uint64_t>(batch * capacity * mask_stride_);
-  result_ = course::DeviceBuffer<std::uint8_t>(batch_result_bytes(spec.batch,
-                                                                  config.max_detections));
+  result_ =
+      course::DeviceBuffer<std::uint8_t>(batch_result_bytes(spec.batch, config.max_detections));
   host_result_ = course::PinnedBuffer<std::uint8_t>(result_.size());
   if (config.nms == NmsVersion::v3_bitmask_smem) {
-    staged_words_ = staged_words_for(batched_nms_v3_reduce_kernel, config.max_candidates,
-                                     mask_stride_);
+    staged_words_ =
+        staged_words_for(batched_nms_v3_reduce_kernel, config.max_candidates, mask_stride_);
   }
   CUDA_CHECK(cudaMemset(result_.data(), 0, result_.bytes()));  // see GpuPostprocessor
   std::memset(host_result_.data(), 0, host_result_.bytes());
@@ -1067,11 +1066,10 @@ void check_batch_input(const void* output, std::size_t elements, const BatchSpec
                                 to_string(expected) + " input, enqueue got " + to_string(got));
   }
   if (elements != spec.elements()) {
-    throw std::invalid_argument("BatchedPostprocessor: expected " +
-                                std::to_string(spec.elements()) + " elements (B = " +
-                                std::to_string(spec.batch) + " x " +
-                                std::to_string(spec.image.elements()) + "), got " +
-                                std::to_string(elements));
+    throw std::invalid_argument(
+        "BatchedPostprocessor: expected " + std::to_string(spec.elements()) +
+        " elements (B = " + std::to_string(spec.batch) + " x " +
+        std::to_string(spec.image.elements()) + "), got " + std::to_string(elements));
   }
   if (output == nullptr && elements > 0) {
     throw std::invalid_argument("BatchedPostprocessor: the output pointer is null");
@@ -1079,8 +1077,7 @@ void check_batch_input(const void* output, std::size_t elements, const BatchSpec
 }
 }  // namespace
 
-void BatchedPostprocessor::enqueue(const float* output, std::size_t elements,
-                                   cudaStream_t stream) {
+void BatchedPostprocessor::enqueue(const float* output, std::size_t elements, cudaStream_t stream) {
   check_batch_input(output, elements, spec_, dtype_, DType::f32);
   enqueue_f32(output, stream);
 }
@@ -1103,18 +1100,18 @@ void BatchedPostprocessor::enqueue_f32(const float* output, cudaStream_t stream)
   std::uint8_t* result = result_.data();
   ResultHeader* headers = reinterpret_cast<ResultHeader*>(result);
   Detection* detections = reinterpret_cast<Detection*>(result + batch * sizeof(ResultHeader));
-  const BatchBuffers b{output,        spec_.image,       letterboxes_.data(), keys_.data(),
-                       candidates_.data(), sorted_.data(), mask_.data(),        mask_stride_,
-                       headers,       detections,        capacity,            config_.max_detections};
+  const BatchBuffers b{output,       spec_.image,        letterboxes_.data(),
+                       keys_.data(), candidates_.data(), sorted_.data(),
+                       mask_.data(), mask_stride_,       headers,
+                       detections,   capacity,           config_.max_detections};
   const unsigned images = static_cast<unsigned>(batch);
   CUDA_CHECK(cudaMemsetAsync(headers, 0, batch * sizeof(ResultHeader), stream));
   if (n > 0) {
-    batched_decode_kernel<<<dim3(ceil_div(n, kDecodeThreads), images), kDecodeThreads, 0,
-                            stream>>>(b, config_.conf_threshold);
+    batched_decode_kernel<<<dim3(ceil_div(n, kDecodeThreads), images), kDecodeThreads, 0, stream>>>(
+        b, config_.conf_threshold);
     CUDA_CHECK_LAUNCH();
     if (n > capacity) {
-      batched_select_top_k_kernel<<<images, kSelectThreads, 0, stream>>>(b,
-                                                                         config_.conf_threshold);
+      batched_select_top_k_kernel<<<images, kSelectThreads, 0, stream>>>(b, config_.conf_threshold);
       CUDA_CHECK_LAUNCH();
     }
   }
@@ -1174,8 +1171,7 @@ std::vector<PostprocessResult> BatchedPostprocessor::results() const {
   return out;
 }
 
-std::vector<PostprocessResult> BatchedPostprocessor::run(const float* output,
-                                                         std::size_t elements,
+std::vector<PostprocessResult> BatchedPostprocessor::run(const float* output, std::size_t elements,
                                                          cudaStream_t stream) {
   enqueue(output, elements, stream);
   CUDA_CHECK(cudaStreamSynchronize(stream));

@@ -466,7 +466,7 @@ class BatchedPostprocessor {
   PostprocessConfig config_;
   DType dtype_;
   int mask_stride_ = 0;
-  int staged_words_ = 0;  // v3
+  int staged_words_ = 0;                            // v3
   course::DeviceBuffer<Letterbox> letterboxes_;     // [B]
   course::DeviceBuffer<float> widened_;             // f16: [B x elements]
   course::DeviceBuffer<std::uint32_t> keys_;        // [B][N]
@@ -539,8 +539,8 @@ class Compactor {
 
 namespace detail {
 // postprocess.cu: the rank sort on segments (DetectionSorter's rank_sort version).
-void enqueue_rank_sort_segments(const Detection* in, const int* counts, int capacity,
-                                int segments, Detection* out, cudaStream_t stream);
+void enqueue_rank_sort_segments(const Detection* in, const int* counts, int capacity, int segments,
+                                Detection* out, cudaStream_t stream);
 }  // namespace detail
 
 // -------------------------------------------------------------------- CPU reference (host)

@@ -19,9 +19,12 @@ const char* to_string(Layout layout) {
 
 const char* to_string(NmsVersion version) {
   switch (version) {
-    case NmsVersion::v1_fast_parallel: return "v1 fast parallel";
-    case NmsVersion::v2_bitmask_greedy: return "v2 bitmask greedy";
-    case NmsVersion::v3_bitmask_smem: return "v3 bitmask smem";
+    case NmsVersion::v1_fast_parallel:
+      return "v1 fast parallel";
+    case NmsVersion::v2_bitmask_greedy:
+      return "v2 bitmask greedy";
+    case NmsVersion::v3_bitmask_smem:
+      return "v3 bitmask smem";
   }
   return "unknown NmsVersion";
 }

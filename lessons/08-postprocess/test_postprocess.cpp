@@ -1191,20 +1191,20 @@ TEST_CASE("postprocess_batch_cpu runs postprocess_cpu on each image's slice", "[
   const std::size_t per_image = b.spec.image.elements();
   for (int i = 0; i < 5; ++i) {
     INFO("image " << i);
-    const std::vector<float> slice(b.tensor.begin() + static_cast<std::ptrdiff_t>(i * per_image),
-                                   b.tensor.begin() + static_cast<std::ptrdiff_t>((i + 1) * per_image));
+    const std::vector<float> slice(
+        b.tensor.begin() + static_cast<std::ptrdiff_t>(i * per_image),
+        b.tensor.begin() + static_cast<std::ptrdiff_t>((i + 1) * per_image));
     const PostprocessResult one =
         postprocess_cpu(slice.data(), slice.size(), b.spec.image, b.letterboxes[i], c);
     CHECK(all[i].num_above_threshold == one.num_above_threshold);
     require_same(all[i].detections, one.detections);
   }
-  CHECK(all[1].detections.empty());  // the image with no objects
+  CHECK(all[1].detections.empty());                             // the image with no objects
   CHECK(all[0].detections.size() == all[3].detections.size());  // same tensor, other letterbox
   CHECK_FALSE(all[0].detections.empty());
 }
 
-TEST_CASE("to_efficient_nms: the plugin's four tensors, zero padding, truncation to K",
-          "[batch]") {
+TEST_CASE("to_efficient_nms: the plugin's four tensors, zero padding, truncation to K", "[batch]") {
   PostprocessResult a, b, c;
   a.detections = {make_box(1, 2, 3, 4, 0.9f, 7, 10), make_box(5, 6, 7, 8, 0.8f, 2, 3)};
   c.detections = {make_box(0, 0, 1, 1, 0.7f, 1, 0), make_box(0, 0, 2, 2, 0.6f, 0, 1),
@@ -1267,7 +1267,8 @@ TEST_CASE("Batched postprocess: bad input is rejected before any GPU work", "[ba
                     Contains("expected 2800 elements, got 2799"));
 }
 
-TEST_CASE("GPU batched: every image equals the CPU reference, image by image", "[gpu][batch][ex5]") {
+TEST_CASE("GPU batched: every image equals the CPU reference, image by image",
+          "[gpu][batch][ex5]") {
   const Layout layout = GENERATE(Layout::yolov5, Layout::yolov8);
   const bool agnostic = GENERATE(false, true);
   const int batch = GENERATE(1, 2, 7);
@@ -1378,9 +1379,9 @@ TEST_CASE("GPU batched: EfficientNMS_TRT output layout, padded with zeros", "[gp
   CHECK(course::to_host(scores) == expected.detection_scores);
   CHECK(course::to_host(classes) == expected.detection_classes);
   CHECK(expected.num_detections[1] == 0);
-  CHECK_THROWS_WITH(post.write_efficient_nms({nullptr, boxes.data(), scores.data(), classes.data()},
-                                             stream),
-                    Contains("non-null"));
+  CHECK_THROWS_WITH(
+      post.write_efficient_nms({nullptr, boxes.data(), scores.data(), classes.data()}, stream),
+      Contains("non-null"));
 }
 
 // ====================================================== CUB sort and compaction beside ours
