@@ -1,7 +1,7 @@
 // Lesson 08: detector postprocessing on the GPU, measured on this machine.
 //
 //   lesson08 [--out PATH] [--objects N] [--seed S] [--conf T] [--iou T] [--agnostic]
-//            [--repeats R] [--help]
+//            [--repeats R] [--dump-boxes FILE] [--help]
 //
 // Builds a synthetic scene (known objects), writes the output tensor a YOLOv5 and a YOLOv8
 // detector would produce for it, and runs the whole postprocess on the GPU: decode, confidence
@@ -43,6 +43,7 @@ struct Options {
   float iou = 0.45f;
   bool agnostic = false;
   int repeats = 200;
+  std::string dump_boxes;  // non-empty: write the NMS benchmark's boxes and kept sets, and exit
 };
 
 double median(std::vector<double> v) {
@@ -97,6 +98,50 @@ const char* yes_no(bool b) {
 OutputSpec spec_for(Layout layout) {
   // A 640x640 input: YOLOv5 has 3 anchors x (80^2 + 40^2 + 20^2) cells, YOLOv8 one per cell.
   return {layout, layout == Layout::yolov5 ? 25200 : 8400, 80};
+}
+
+// --dump-boxes: the NMS benchmark's box sets (benchmark_nms_boxes), the indices the lesson's
+// greedy NMS keeps (class-aware and class-agnostic, IoU 0.45) and its GPU times, for
+// tools/torchvision_nms_check.py. Text, one record per line:
+//   set <n> <iou>
+//   box <index> <x1> <y1> <x2> <y2> <score> <class>        (n lines; %.9g round-trips a float)
+//   kept <aware|agnostic> <gpu_us> <count> <index>...      (in NMS order)
+int dump_boxes(const Options& o) {
+  std::FILE* f = std::fopen(o.dump_boxes.c_str(), "w");
+  if (f == nullptr) {
+    std::fprintf(stderr, "lesson08: cannot write %s\n", o.dump_boxes.c_str());
+    return 1;
+  }
+  course::Stream stream;
+  const float iou = 0.45f;
+  bool ok = true;
+  std::fprintf(f, "# lesson08 --dump-boxes: NMS benchmark boxes and the lesson's kept sets\n");
+  for (const int n : {1000, 10000, 25000}) {
+    const std::vector<Detection> boxes = benchmark_nms_boxes(n);
+    std::fprintf(f, "set %d %.9g\n", n, iou);
+    for (const Detection& d : boxes) {
+      std::fprintf(f, "box %d %.9g %.9g %.9g %.9g %.9g %d\n", d.index, d.box.x1, d.box.y1, d.box.x2,
+                   d.box.y2, d.score, d.class_id);
+    }
+    const course::DeviceBuffer<Detection> d_boxes = course::to_device(boxes);
+    GpuNms nms(n, NmsVersion::v2_bitmask_greedy);
+    for (const bool agnostic : {false, true}) {
+      const double us = median_gpu_us(stream, std::min(o.repeats, 50), [&] {
+        nms.enqueue(d_boxes.data(), n, iou, agnostic, stream);
+      });
+      const std::vector<Detection> kept = nms.download(stream);
+      ok = ok && same(kept, nms_cpu(boxes, iou, agnostic));
+      std::fprintf(f, "kept %s %.3f %zu", agnostic ? "agnostic" : "aware", us, kept.size());
+      for (const Detection& d : kept) std::fprintf(f, " %d", d.index);
+      std::fprintf(f, "\n");
+      std::printf("n = %5d, %-8s: %5zu kept, %8.1f us GPU time\n", n,
+                  agnostic ? "agnostic" : "aware", kept.size(), us);
+    }
+  }
+  ok = std::fclose(f) == 0 && ok;
+  std::printf("%s %s\n",
+              ok ? "wrote" : "FAILED writing (or GPU != CPU reference):", o.dump_boxes.c_str());
+  return ok ? 0 : 1;
 }
 
 int run(const Options& o) {
@@ -182,6 +227,19 @@ int run(const Options& o) {
         stream, o.repeats, [&] { post_v1.enqueue(d_output.data(), tensor.size(), stream); });
     std::printf("   with NMS v1 (Fast NMS) instead: %zu detections, %.1f us GPU time on a stream\n",
                 v1.detections.size(), v1_us);
+    PostprocessConfig staged = config;
+    staged.nms = NmsVersion::v3_bitmask_smem;
+    GpuPostprocessor post_v3(spec, lb, staged);
+    const PostprocessResult v3 = post_v3.run(d_output.data(), tensor.size(), stream);
+    post_v3.capture_graph(d_output.data(), tensor.size(), stream);
+    const course::Timing v3_graph =
+        timing_us(stream, o.repeats, [&] { post_v3.launch_graph(stream); });
+    const bool v3_equal = same(v3.detections, cpu.detections);
+    std::printf(
+        "   with NMS v3 (v2, mask in shared memory), one graph launch: %.1f us GPU time,\n"
+        "   %.1f us end to end; equal to the CPU reference: %s\n",
+        v3_graph.gpu_ms, v3_graph.latency_ms, yes_no(v3_equal));
+    ok = ok && v3_equal;
     if (layout == Layout::yolov8) {
       drawn = gpu.detections;
       v8_tensor = tensor;
@@ -239,14 +297,15 @@ int run(const Options& o) {
     const std::vector<Detection> cpu = nms_cpu(boxes, config.iou_threshold, config.class_agnostic);
     const double cpu_us =
         median_host_us(3, [&] { nms_cpu(boxes, config.iou_threshold, config.class_agnostic); });
-    for (const NmsVersion version : {NmsVersion::v1_fast_parallel, NmsVersion::v2_bitmask_greedy}) {
+    for (const NmsVersion version : {NmsVersion::v1_fast_parallel, NmsVersion::v2_bitmask_greedy,
+                                     NmsVersion::v3_bitmask_smem}) {
       GpuNms nms(10000, version);
       const double us = median_gpu_us(stream, std::min(o.repeats, 50), [&] {
         nms.enqueue(d_boxes.data(), 10000, config.iou_threshold, config.class_agnostic, stream);
       });
       const std::vector<Detection> kept = nms.download(stream);
       const bool equal =
-          version == NmsVersion::v2_bitmask_greedy
+          version != NmsVersion::v1_fast_parallel
               ? same(kept, cpu)
               : same(kept, fast_nms_cpu(boxes, config.iou_threshold, config.class_agnostic));
       std::printf("   %-18s %5zu kept, %8.1f us GPU time; equal to its CPU reference: %s\n",
@@ -276,6 +335,101 @@ int run(const Options& o) {
     for (int j = 0; j < 5; ++j)
       std::printf("class %d (%.3f)%s", index[j], top[j], j < 4 ? ", " : "\n");
     ok = ok && index[0] == 207;
+  }
+
+  std::printf(
+      "\n6. A batch: 32 different YOLOv8 outputs in one launch sequence, FP32 and FP16 input,\n"
+      "   and TensorRT's EfficientNMS output layout\n");
+  {
+    const int batch = 32;
+    const BatchSpec bspec{spec_for(Layout::yolov8), batch};
+    std::vector<Letterbox> lbs;
+    std::vector<float> tensor;
+    std::vector<std::size_t> truth;  // objects per image
+    static const int sizes[][2] = {{1280, 720}, {1920, 1080}, {640, 480}, {720, 1280}};
+    for (int b = 0; b < batch; ++b) {
+      SceneConfig sc;
+      sc.src_w = sizes[b % 4][0];
+      sc.src_h = sizes[b % 4][1];
+      sc.num_objects = 1 + (b * 7) % 20;
+      sc.seed = o.seed + 100u + static_cast<std::uint32_t>(b);
+      lbs.push_back(make_letterbox(sc.src_w, sc.src_h, 640, 640));
+      GeneratorConfig g;
+      g.seed = sc.seed + 1000u;
+      const std::vector<GroundTruth> objs = make_scene(sc);
+      truth.push_back(objs.size());
+      const std::vector<float> t = make_detector_output(bspec.image, lbs.back(), objs, g);
+      tensor.insert(tensor.end(), t.begin(), t.end());
+    }
+    std::vector<__half> half(tensor.size());
+    std::vector<float> widened(tensor.size());
+    for (std::size_t i = 0; i < half.size(); ++i) {
+      half[i] = __float2half_rn(tensor[i]);
+      widened[i] = __half2float(half[i]);
+    }
+    const course::DeviceBuffer<float> d_f32 = course::to_device(tensor);
+    const course::DeviceBuffer<__half> d_f16 = course::to_device(half);
+    PostprocessConfig bconfig = config;
+    bconfig.nms = NmsVersion::v3_bitmask_smem;
+    BatchedPostprocessor post32(bspec, lbs, bconfig, DType::f32);
+    BatchedPostprocessor post16(bspec, lbs, bconfig, DType::f16);
+    const std::vector<PostprocessResult> gpu = post32.run(d_f32.data(), tensor.size(), stream);
+    const std::vector<PostprocessResult> cpu =
+        postprocess_batch_cpu(tensor.data(), tensor.size(), bspec, lbs, config);
+    post16.enqueue(d_f16.data(), half.size(), stream);
+    stream.synchronize();
+    const std::vector<PostprocessResult> gpu16 = post16.results();
+    const std::vector<PostprocessResult> cpu16 =
+        postprocess_batch_cpu(widened.data(), widened.size(), bspec, lbs, config);
+    int equal_images = 0, equal_images16 = 0, found = 0, total = 0;
+    for (int b = 0; b < batch; ++b) {
+      equal_images += same(gpu[b].detections, cpu[b].detections) &&
+                      gpu[b].num_above_threshold == cpu[b].num_above_threshold &&
+                      gpu[b].num_dropped == cpu[b].num_dropped;
+      equal_images16 += same(gpu16[b].detections, cpu16[b].detections);
+      found += static_cast<int>(gpu[b].detections.size());
+      total += static_cast<int>(truth[b]);
+    }
+    std::printf("   %d images, %zu MB (f32); %d objects in all, %d detections\n", batch,
+                tensor.size() * sizeof(float) >> 20, total, found);
+    std::printf(
+        "   images equal to the CPU reference, image by image: f32 %d of %d, "
+        "f16 %d of %d (f16: against the CPU on the exactly widened values)\n",
+        equal_images, batch, equal_images16, batch);
+    ok = ok && equal_images == batch && equal_images16 == batch;
+
+    const int k = config.max_detections;
+    course::DeviceBuffer<int> num(batch), classes(static_cast<std::size_t>(batch) * k);
+    course::DeviceBuffer<float> boxes(static_cast<std::size_t>(batch) * k * 4),
+        scores(static_cast<std::size_t>(batch) * k);
+    const EfficientNmsOutputs trt{num.data(), boxes.data(), scores.data(), classes.data()};
+    post32.enqueue(d_f32.data(), tensor.size(), stream);
+    post32.write_efficient_nms(trt, stream);
+    stream.synchronize();
+    const EfficientNmsHost expected = to_efficient_nms(cpu, k);
+    const bool trt_equal = course::to_host(num) == expected.num_detections &&
+                           course::to_host(boxes) == expected.detection_boxes &&
+                           course::to_host(scores) == expected.detection_scores &&
+                           course::to_host(classes) == expected.detection_classes;
+    std::printf(
+        "   EfficientNMS layout (num_detections [%d,1], detection_boxes [%d,%d,4], ...):"
+        " equal to the CPU conversion: %s; num_detections[0..3] = %d %d %d %d\n",
+        batch, batch, k, yes_no(trt_equal), expected.num_detections[0], expected.num_detections[1],
+        expected.num_detections[2], expected.num_detections[3]);
+    ok = ok && trt_equal;
+
+    const course::Timing t32 =
+        timing_us(stream, o.repeats, [&] { post32.enqueue(d_f32.data(), tensor.size(), stream); });
+    const course::Timing t16 =
+        timing_us(stream, o.repeats, [&] { post16.enqueue(d_f16.data(), half.size(), stream); });
+    std::printf("   time per batch of %d (median of %d):  GPU time   end to end\n", batch,
+                o.repeats);
+    std::printf(
+        "     f32 input:                        %8.1f us  %8.1f us  (%.1f us GPU per image)\n",
+        t32.gpu_ms, t32.latency_ms, t32.gpu_ms / batch);
+    std::printf("     f16 input (widening included):    %8.1f us  %8.1f us\n", t16.gpu_ms,
+                t16.latency_ms);
+    course::add_headline("batch of 32 postprocessed in %.0f us GPU time", t32.gpu_ms);
   }
 
   write_detections_png(o.out, scene.src_w, scene.src_h, objects, drawn);
@@ -319,7 +473,12 @@ int main(int argc, char** argv) {
                  "timed runs per measurement, the median is shown (default 200)")
       ->type_name("R")
       ->check(course::integer_in(1, 100000));
+  app.add_option("--dump-boxes", o.dump_boxes,
+                 "write the NMS benchmark's boxes and the indices greedy NMS keeps to FILE (for\n"
+                 "tools/torchvision_nms_check.py), then exit")
+      ->type_name("FILE");
   return course::lesson_main(app, argc, argv, [&] {
+    if (!o.dump_boxes.empty()) return dump_boxes(o);
     if (o.out.empty()) {  // not the current directory: make run runs from the repository root
       const std::string exe = course::self_executable();
       o.out = exe.substr(0, exe.find_last_of('/')) + "/lesson08_detections.png";

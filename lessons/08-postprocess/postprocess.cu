@@ -92,11 +92,14 @@ constexpr int kDecodeThreads = 256;
 //
 // Warp-aggregated atomic: one atomicAdd per warp for all its passing lanes, instead of one per
 // lane, cuts the traffic to that one hot address by up to 32x.
-__global__ void __launch_bounds__(kDecodeThreads)
-    decode_kernel(const float* __restrict__ output, OutputSpec spec, Letterbox letterbox,
-                  float conf_threshold, std::uint32_t* __restrict__ keys, ResultHeader* header,
-                  int capacity, Detection* __restrict__ candidates) {
-  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+// The kernel bodies below take their block index as an argument, so that the batched kernels
+// (section 9) run the very same code with blockIdx.y (or .z) choosing the image.
+__device__ __forceinline__ void decode_body(int block, const float* __restrict__ output,
+                                            const OutputSpec& spec, const Letterbox& letterbox,
+                                            float conf_threshold, std::uint32_t* __restrict__ keys,
+                                            ResultHeader* header, int capacity,
+                                            Detection* __restrict__ candidates) {
+  const int i = block * blockDim.x + threadIdx.x;
   const bool in_range = i < spec.num_candidates;
   Detection d{};
   const bool pass = in_range && decode_candidate(output, spec, i, conf_threshold, letterbox, &d);
@@ -114,6 +117,14 @@ __global__ void __launch_bounds__(kDecodeThreads)
   if (pass && slot < capacity) candidates[slot] = d;
 }
 
+__global__ void __launch_bounds__(kDecodeThreads)
+    decode_kernel(const float* __restrict__ output, OutputSpec spec, Letterbox letterbox,
+                  float conf_threshold, std::uint32_t* __restrict__ keys, ResultHeader* header,
+                  int capacity, Detection* __restrict__ candidates) {
+  decode_body(blockIdx.x, output, spec, letterbox, conf_threshold, keys, header, capacity,
+              candidates);
+}
+
 // ================================================================ 2. top-K on overflow
 
 constexpr int kSelectThreads = 1024;
@@ -128,11 +139,12 @@ constexpr int kSelectThreads = 1024;
 //      the first (lowest-index) keys == T, and decode those candidates again into the buffer.
 // One block is enough: this is the rare path (the buffer is sized for the normal case), it reads
 // 4 bytes per candidate, and one block can synchronise with __syncthreads between the passes.
-__global__ void __launch_bounds__(kSelectThreads)
-    select_top_k_kernel(const float* __restrict__ output, OutputSpec spec, Letterbox letterbox,
-                        float conf_threshold, const std::uint32_t* __restrict__ keys,
-                        const ResultHeader* header, int capacity,
-                        Detection* __restrict__ candidates) {
+__device__ __forceinline__ void select_top_k_body(const float* __restrict__ output,
+                                                  const OutputSpec& spec,
+                                                  const Letterbox& letterbox, float conf_threshold,
+                                                  const std::uint32_t* __restrict__ keys,
+                                                  const ResultHeader* header, int capacity,
+                                                  Detection* __restrict__ candidates) {
   if (header->num_above_threshold <= capacity) return;  // the common case: nothing was dropped
   __shared__ unsigned histogram[256];
   __shared__ int scratch[kWarpSize];
@@ -202,6 +214,14 @@ __global__ void __launch_bounds__(kSelectThreads)
   }
 }
 
+__global__ void __launch_bounds__(kSelectThreads)
+    select_top_k_kernel(const float* __restrict__ output, OutputSpec spec, Letterbox letterbox,
+                        float conf_threshold, const std::uint32_t* __restrict__ keys,
+                        const ResultHeader* header, int capacity,
+                        Detection* __restrict__ candidates) {
+  select_top_k_body(output, spec, letterbox, conf_threshold, keys, header, capacity, candidates);
+}
+
 // ======================================================================== 3. the sort
 
 constexpr int kSortThreads = 128;  // small blocks: n = 10,000 spreads over ~80 SMs
@@ -213,11 +233,9 @@ constexpr int kSortTile = 2048;    // keys per shared-memory tile: 16 KiB
 // few thousand candidates a frame has, that should take microseconds, in one launch, with the
 // count read on the device. Every key is read from shared memory by all threads at once (a
 // broadcast, no bank conflict). For much larger n a radix sort (CUB DeviceRadixSort) wins.
-__global__ void __launch_bounds__(kSortThreads)
-    rank_sort_kernel(const Detection* __restrict__ in, const ResultHeader* header, int capacity,
-                     Detection* __restrict__ out) {
-  const int n = candidate_count(header, capacity);
-  const int first = blockIdx.x * blockDim.x;
+__device__ __forceinline__ void rank_sort_body(int block, const Detection* __restrict__ in, int n,
+                                               Detection* __restrict__ out) {
+  const int first = block * blockDim.x;
   if (first >= n) return;  // the whole block is past the count
   const int i = first + threadIdx.x;
   const std::uint64_t mine = i < n ? sort_key(in[i].score, in[i].index) : 0;
@@ -234,6 +252,12 @@ __global__ void __launch_bounds__(kSortThreads)
     __syncthreads();
   }
   if (i < n) out[rank] = in[i];
+}
+
+__global__ void __launch_bounds__(kSortThreads)
+    rank_sort_kernel(const Detection* __restrict__ in, const ResultHeader* header, int capacity,
+                     Detection* __restrict__ out) {
+  rank_sort_body(blockIdx.x, in, candidate_count(header, capacity), out);
 }
 
 // ================================================================== 4. NMS v1 (Fast NMS)
@@ -309,12 +333,12 @@ constexpr int kReduceThreads = 256;
 // Layout: word w of row i is at mask[w * mask_rows + i] ("word-major"), so that the 64 threads
 // of a block write 64 consecutive words (coalesced), and the reduce step reads the diagonal
 // tile, 64 consecutive words, in one go.
-__global__ void __launch_bounds__(kTile)
-    nms_v2_mask_kernel(const Detection* __restrict__ sorted, const ResultHeader* header,
-                       int capacity, float iou_threshold, bool class_agnostic,
-                       std::uint64_t* __restrict__ mask, int mask_rows) {
+__device__ __forceinline__ void nms_v2_mask_body(int row_block, int col_block,
+                                                 const Detection* __restrict__ sorted,
+                                                 const ResultHeader* header, int capacity,
+                                                 float iou_threshold, bool class_agnostic,
+                                                 std::uint64_t* __restrict__ mask, int mask_rows) {
   const int n = candidate_count(header, capacity);
-  const int row_block = blockIdx.y, col_block = blockIdx.x;
   if (col_block < row_block || col_block * kTile >= n) return;
   __shared__ Detection cols[kTile];
   const int col_start = col_block * kTile;
@@ -327,6 +351,14 @@ __global__ void __launch_bounds__(kTile)
     mask[static_cast<std::size_t>(col_block) * mask_rows + row] =
         nms_mask_word(sorted[row], row, cols, col_start, col_count, iou_threshold, class_agnostic);
   }
+}
+
+__global__ void __launch_bounds__(kTile)
+    nms_v2_mask_kernel(const Detection* __restrict__ sorted, const ResultHeader* header,
+                       int capacity, float iou_threshold, bool class_agnostic,
+                       std::uint64_t* __restrict__ mask, int mask_rows) {
+  nms_v2_mask_body(blockIdx.y, blockIdx.x, sorted, header, capacity, iou_threshold, class_agnostic,
+                   mask, mask_rows);
 }
 
 // Step 2, the sequential part of greedy NMS, on the GPU so the result never visits the host:
@@ -347,12 +379,14 @@ __global__ void __launch_bounds__(kTile)
 // change the first max_out.
 constexpr int kDiagChunk = 32;  // row blocks whose diagonal tiles sit in shared memory (16 KiB)
 
-__global__ void __launch_bounds__(kReduceThreads)
-    nms_v2_reduce_kernel(const Detection* __restrict__ sorted,
-                         const std::uint64_t* __restrict__ mask, int mask_rows,
-                         ResultHeader* header, int capacity, int max_out,
-                         Detection* __restrict__ out) {
-  extern __shared__ std::uint64_t removed[];  // [ceil(n / 64)]
+// removed: ceil(n / 64) words of shared memory. mask: global memory (v2), or a copy of it in
+// shared memory (v3; then mask_rows is n).
+__device__ __forceinline__ void nms_v2_reduce_body(const Detection* __restrict__ sorted,
+                                                   const std::uint64_t* __restrict__ mask,
+                                                   int mask_rows, ResultHeader* header,
+                                                   int capacity, int max_out,
+                                                   Detection* __restrict__ out,
+                                                   std::uint64_t* removed) {
   __shared__ std::uint64_t diagonal[kDiagChunk * kTile];
   __shared__ int kept_rows[kTile];
   __shared__ int kept_count;
@@ -414,6 +448,55 @@ __global__ void __launch_bounds__(kReduceThreads)
     __syncthreads();  // removed[], kept_rows and the diagonal stage are reused next iteration
   }
   if (threadIdx.x == 0) finish_header(header, capacity, min(written, max_out));
+}
+
+__global__ void __launch_bounds__(kReduceThreads)
+    nms_v2_reduce_kernel(const Detection* __restrict__ sorted,
+                         const std::uint64_t* __restrict__ mask, int mask_rows,
+                         ResultHeader* header, int capacity, int max_out,
+                         Detection* __restrict__ out) {
+  extern __shared__ std::uint64_t dynamic_shared[];
+  nms_v2_reduce_body(sorted, mask, mask_rows, header, capacity, max_out, out, dynamic_shared);
+}
+
+// NMS v3: v2's greedy pass, but with the mask first copied into shared memory when all of it
+// fits (n x ceil(n/64) words; the launch reserves `staged_words` of them after removed[]).
+// v2's pass waits, once per row block, for loads from global memory (L2, several hundred ns each
+// round) that depend on the previous block's decision; from shared memory each round costs tens
+// of ns. The copy itself is one coalesced pass, with no dependency between the loads. Only the
+// words the mask kernel wrote are read (tiles on or above the diagonal). When the mask does not
+// fit (n above about 1280 on an H200, 600 on a 64 KiB GPU), this is v2's pass unchanged.
+__device__ __forceinline__ void nms_v3_reduce_body(const Detection* __restrict__ sorted,
+                                                   const std::uint64_t* __restrict__ mask,
+                                                   int mask_rows, ResultHeader* header,
+                                                   int capacity, int max_out,
+                                                   Detection* __restrict__ out, int removed_words,
+                                                   int staged_words) {
+  extern __shared__ std::uint64_t dynamic_shared[];
+  std::uint64_t* removed = dynamic_shared;
+  std::uint64_t* staged = dynamic_shared + removed_words;
+  const int n = candidate_count(header, capacity);
+  const int words = (n + kTile - 1) / kTile;
+  if (static_cast<long long>(n) * words > staged_words) {  // uniform: does not fit, v2's pass
+    nms_v2_reduce_body(sorted, mask, mask_rows, header, capacity, max_out, out, removed);
+    return;
+  }
+  const int total = n * words;
+  for (int e = threadIdx.x; e < total; e += blockDim.x) {
+    const int w = e / n, row = e - w * n;  // word-major, as in global memory: staged[w * n + row]
+    staged[e] = w >= row / kTile ? mask[static_cast<std::size_t>(w) * mask_rows + row] : 0ull;
+  }
+  __syncthreads();
+  nms_v2_reduce_body(sorted, staged, n, header, capacity, max_out, out, removed);
+}
+
+__global__ void __launch_bounds__(kReduceThreads)
+    nms_v3_reduce_kernel(const Detection* __restrict__ sorted,
+                         const std::uint64_t* __restrict__ mask, int mask_rows,
+                         ResultHeader* header, int capacity, int max_out,
+                         Detection* __restrict__ out, int removed_words, int staged_words) {
+  nms_v3_reduce_body(sorted, mask, mask_rows, header, capacity, max_out, out, removed_words,
+                     staged_words);
 }
 
 // For GpuNms: the box count comes from the host, as a kernel argument (a launch parameter is
@@ -490,7 +573,36 @@ struct NmsBuffers {
   Detection* out;  // [max_out]
   int capacity;
   int max_out;
+  int staged_words;  // v3: mask words the greedy pass may stage in shared memory
 };
+
+// v3: how many mask words fit in shared memory beside removed[] (mask_stride words) and the
+// kernel's static shared memory, on the current device; 0 if none. Raises the kernel's dynamic
+// shared-memory limit to the device's opt-in maximum (above 48 KiB a kernel must ask for it:
+// Programming Guide, "Shared Memory", compute capability 7.x and later). For a mask of
+// capacity x mask_stride words, no more is useful.
+template <class Kernel>
+int staged_words_for(Kernel kernel, int capacity, int mask_stride) {
+  int device = 0, optin = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  cudaFuncAttributes attributes{};
+  CUDA_CHECK(cudaFuncGetAttributes(&attributes, kernel));
+  const long long dynamic_bytes =
+      static_cast<long long>(optin) - static_cast<long long>(attributes.sharedSizeBytes);
+  if (dynamic_bytes <= 0) return 0;
+  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  static_cast<int>(dynamic_bytes)));
+  const long long words =
+      dynamic_bytes / static_cast<long long>(sizeof(std::uint64_t)) - mask_stride;
+  return static_cast<int>(
+      std::max(0ll, std::min(words, static_cast<long long>(capacity) * mask_stride)));
+}
+
+std::size_t v3_shared_bytes(int mask_stride, int staged_words) {
+  return (static_cast<std::size_t>(mask_stride) + static_cast<std::size_t>(staged_words)) *
+         sizeof(std::uint64_t);
+}
 
 // Sort + NMS, every launch sized for the capacity; the count is read on the device.
 void enqueue_sort_and_nms(const NmsBuffers& b, float iou_threshold, bool class_agnostic,
@@ -510,10 +622,16 @@ void enqueue_sort_and_nms(const NmsBuffers& b, float iou_threshold, bool class_a
     nms_v2_mask_kernel<<<tiles, kTile, 0, stream>>>(b.sorted, b.header, b.capacity, iou_threshold,
                                                     class_agnostic, b.mask, b.capacity);
     CUDA_CHECK_LAUNCH();
-    const std::size_t removed_bytes =
-        static_cast<std::size_t>(b.mask_stride) * sizeof(std::uint64_t);
-    nms_v2_reduce_kernel<<<1, kReduceThreads, removed_bytes, stream>>>(
-        b.sorted, b.mask, b.capacity, b.header, b.capacity, b.max_out, b.out);
+    if (version == NmsVersion::v3_bitmask_smem) {
+      nms_v3_reduce_kernel<<<1, kReduceThreads, v3_shared_bytes(b.mask_stride, b.staged_words),
+                             stream>>>(b.sorted, b.mask, b.capacity, b.header, b.capacity,
+                                       b.max_out, b.out, b.mask_stride, b.staged_words);
+    } else {
+      const std::size_t removed_bytes =
+          static_cast<std::size_t>(b.mask_stride) * sizeof(std::uint64_t);
+      nms_v2_reduce_kernel<<<1, kReduceThreads, removed_bytes, stream>>>(
+          b.sorted, b.mask, b.capacity, b.header, b.capacity, b.max_out, b.out);
+    }
     CUDA_CHECK_LAUNCH();
   }
 }
@@ -556,10 +674,13 @@ GpuPostprocessor::GpuPostprocessor(const OutputSpec& spec, const Letterbox& lett
   keys_ = course::DeviceBuffer<std::uint32_t>(static_cast<std::size_t>(spec.num_candidates));
   candidates_ = course::DeviceBuffer<Detection>(static_cast<std::size_t>(capacity));
   sorted_ = course::DeviceBuffer<Detection>(static_cast<std::size_t>(capacity));
-  if (config.nms == NmsVersion::v2_bitmask_greedy) {
+  if (config.nms != NmsVersion::v1_fast_parallel) {
     mask_ = course::DeviceBuffer<std::uint64_t>(static_cast<std::size_t>(capacity) * mask_stride_);
   } else {
     keep_ = course::DeviceBuffer<std::uint8_t>(static_cast<std::size_t>(capacity));
+  }
+  if (config.nms == NmsVersion::v3_bitmask_smem) {
+    staged_words_ = staged_words_for(nms_v3_reduce_kernel, capacity, mask_stride_);
   }
   result_ = course::DeviceBuffer<std::uint8_t>(result_bytes(config.max_detections));
   host_result_ = course::PinnedBuffer<std::uint8_t>(result_.size());
@@ -603,7 +724,8 @@ void GpuPostprocessor::enqueue(const float* output, std::size_t elements, cudaSt
                            header,
                            detections_of(result_.data()),
                            capacity,
-                           config_.max_detections};
+                           config_.max_detections,
+                           staged_words_};
   enqueue_sort_and_nms(buffers, config_.iou_threshold, config_.class_agnostic, config_.nms, stream);
   // One small copy back, into pinned memory: the copy engine DMAs straight into it, and the
   // copy can be captured into a graph (a pageable destination could not).
@@ -651,15 +773,19 @@ GpuNms::GpuNms(int capacity, NmsVersion version)
     throw std::invalid_argument("GpuNms: capacity must be in [1, " + std::to_string(kMaxNmsBoxes) +
                                 "], got " + std::to_string(capacity));
   }
-  if (version != NmsVersion::v1_fast_parallel && version != NmsVersion::v2_bitmask_greedy) {
+  if (version != NmsVersion::v1_fast_parallel && version != NmsVersion::v2_bitmask_greedy &&
+      version != NmsVersion::v3_bitmask_smem) {
     throw std::invalid_argument("GpuNms: unknown NmsVersion");
   }
   mask_stride_ = ceil_div(capacity, kTile);
   sorted_ = course::DeviceBuffer<Detection>(static_cast<std::size_t>(capacity));
-  if (version == NmsVersion::v2_bitmask_greedy) {
+  if (version != NmsVersion::v1_fast_parallel) {
     mask_ = course::DeviceBuffer<std::uint64_t>(static_cast<std::size_t>(capacity) * mask_stride_);
   } else {
     keep_ = course::DeviceBuffer<std::uint8_t>(static_cast<std::size_t>(capacity));
+  }
+  if (version == NmsVersion::v3_bitmask_smem) {
+    staged_words_ = staged_words_for(nms_v3_reduce_kernel, capacity, mask_stride_);
   }
   result_ = course::DeviceBuffer<std::uint8_t>(result_bytes(capacity));
   CUDA_CHECK(cudaMemset(result_.data(), 0, result_.bytes()));
@@ -684,7 +810,8 @@ void GpuNms::enqueue(const Detection* boxes, int n, float iou_threshold, bool cl
                            header,
                            detections_of(result_.data()),
                            capacity_,
-                           capacity_};
+                           capacity_,
+                           staged_words_};
   enqueue_sort_and_nms(buffers, iou_threshold, class_agnostic, version_, stream);
 }
 
@@ -717,6 +844,338 @@ std::vector<Detection> nms_gpu(const std::vector<Detection>& boxes, float iou_th
   course::Stream stream;
   nms.enqueue(d_boxes.data(), n, iou_threshold, class_agnostic, stream);
   return nms.download(stream);
+}
+
+// ================================================== 9. a batch, FP16 input, EfficientNMS layout
+//
+// The same bodies as sections 1-5, one grid dimension more: blockIdx.y (blockIdx.z for the 2-D
+// mask grid) is the image. Each image's pointers are its own slices, computed once at the top
+// of the kernel from that index, so no thread ever reads or writes another image's candidates,
+// counts or masks. The single most common batching bug ("only image 0 is right") is a slice
+// offset that is missing or uses the wrong stride; the per-image offsets all live in ImageSlices
+// below, in one place.
+
+namespace {
+
+constexpr int kWidenThreads = 256;
+constexpr int kLayoutThreads = 256;
+
+// Image b's slices of the batch buffers.
+struct BatchBuffers {
+  const float* output;           // [B][elements]
+  OutputSpec spec;               // one image
+  const Letterbox* letterboxes;  // [B]
+  std::uint32_t* keys;           // [B][N]
+  Detection* candidates;         // [B][capacity]
+  Detection* sorted;             // [B][capacity]
+  std::uint64_t* mask;           // [B][mask_stride][capacity]
+  int mask_stride;
+  ResultHeader* headers;  // [B]
+  Detection* detections;  // [B][max_out]
+  int capacity;
+  int max_out;
+};
+
+struct ImageSlices {
+  const float* output;
+  const Letterbox* letterbox;
+  std::uint32_t* keys;
+  Detection* candidates;
+  Detection* sorted;
+  std::uint64_t* mask;
+  ResultHeader* header;
+  Detection* detections;
+};
+
+__device__ ImageSlices slices_of(const BatchBuffers& b, int image) {
+  const SliceOffsets o = slice_offsets(b.spec, image, b.capacity, b.mask_stride, b.max_out);
+  return {b.output + o.output,         b.letterboxes + image,      b.keys + o.keys,
+          b.candidates + o.candidates, b.sorted + o.candidates,    b.mask + o.mask,
+          b.headers + image,           b.detections + o.detections};
+}
+
+// FP16 -> FP32, exact (binary16 is a subset of binary32). Memory-bound: 2 bytes in, 4 out.
+__global__ void __launch_bounds__(kWidenThreads)
+    widen_half_kernel(const __half* __restrict__ in, float* __restrict__ out, std::size_t n) {
+  const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
+  for (std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += stride) {
+    out[i] = __half2float(in[i]);
+  }
+}
+
+__global__ void __launch_bounds__(kDecodeThreads)
+    batched_decode_kernel(BatchBuffers b, float conf_threshold) {
+  const ImageSlices s = slices_of(b, blockIdx.y);
+  decode_body(blockIdx.x, s.output, b.spec, *s.letterbox, conf_threshold, s.keys, s.header,
+              b.capacity, s.candidates);
+}
+
+__global__ void __launch_bounds__(kSelectThreads)
+    batched_select_top_k_kernel(BatchBuffers b, float conf_threshold) {
+  const ImageSlices s = slices_of(b, blockIdx.x);
+  select_top_k_body(s.output, b.spec, *s.letterbox, conf_threshold, s.keys, s.header, b.capacity,
+                    s.candidates);
+}
+
+__global__ void __launch_bounds__(kSortThreads) batched_rank_sort_kernel(BatchBuffers b) {
+  const ImageSlices s = slices_of(b, blockIdx.y);
+  rank_sort_body(blockIdx.x, s.candidates, candidate_count(s.header, b.capacity), s.sorted);
+}
+
+__global__ void __launch_bounds__(kTile)
+    batched_nms_v2_mask_kernel(BatchBuffers b, float iou_threshold, bool class_agnostic) {
+  const ImageSlices s = slices_of(b, blockIdx.z);
+  nms_v2_mask_body(blockIdx.y, blockIdx.x, s.sorted, s.header, b.capacity, iou_threshold,
+                   class_agnostic, s.mask, b.capacity);
+}
+
+__global__ void __launch_bounds__(kReduceThreads) batched_nms_v2_reduce_kernel(BatchBuffers b) {
+  extern __shared__ std::uint64_t dynamic_shared[];
+  const ImageSlices s = slices_of(b, blockIdx.x);
+  nms_v2_reduce_body(s.sorted, s.mask, b.capacity, s.header, b.capacity, b.max_out, s.detections,
+                     dynamic_shared);
+}
+
+__global__ void __launch_bounds__(kReduceThreads)
+    batched_nms_v3_reduce_kernel(BatchBuffers b, int staged_words) {
+  const ImageSlices s = slices_of(b, blockIdx.x);
+  nms_v3_reduce_body(s.sorted, s.mask, b.capacity, s.header, b.capacity, b.max_out, s.detections,
+                     b.mask_stride, staged_words);
+}
+
+// One block per image: the plugin's four outputs, zero past the count (as its memsets leave
+// them), so that the whole [B, K] tensors are written every frame and no stale box survives.
+__global__ void __launch_bounds__(kLayoutThreads)
+    efficient_nms_layout_kernel(const ResultHeader* __restrict__ headers,
+                                const Detection* __restrict__ detections, int max_out,
+                                int* __restrict__ num_detections, float* __restrict__ boxes,
+                                float* __restrict__ scores, int* __restrict__ classes) {
+  const int image = blockIdx.x;
+  const int count = min(headers[image].num_detections, max_out);
+  if (threadIdx.x == 0) num_detections[image] = count;
+  const std::size_t base = static_cast<std::size_t>(image) * max_out;
+  for (int k = threadIdx.x; k < max_out; k += blockDim.x) {
+    const std::size_t o = base + k;
+    float4 box = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    float score = 0.0f;
+    int cls = 0;
+    if (k < count) {
+      const Detection& d = detections[o];
+      box = make_float4(d.box.x1, d.box.y1, d.box.x2, d.box.y2);
+      score = d.score;
+      cls = d.class_id;
+    }
+    boxes[4 * o + 0] = box.x;
+    boxes[4 * o + 1] = box.y;
+    boxes[4 * o + 2] = box.z;
+    boxes[4 * o + 3] = box.w;
+    scores[o] = score;
+    classes[o] = cls;
+  }
+}
+
+// The CUB comparison's baseline (DetectionSorter, cub_baselines.cu): the rank sort on segments of a
+// buffer, counts[s] valid detections at the start of segment s.
+__global__ void __launch_bounds__(kSortThreads)
+    segmented_rank_sort_kernel(const Detection* __restrict__ in, const int* __restrict__ counts,
+                               int capacity, Detection* __restrict__ out) {
+  const std::size_t offset = static_cast<std::size_t>(blockIdx.y) * capacity;
+  rank_sort_body(blockIdx.x, in + offset, min(counts[blockIdx.y], capacity), out + offset);
+}
+
+std::size_t batch_result_bytes(int batch, int max_detections) {
+  return static_cast<std::size_t>(batch) *
+         (sizeof(ResultHeader) + static_cast<std::size_t>(max_detections) * sizeof(Detection));
+}
+
+}  // namespace
+
+namespace detail {
+void enqueue_rank_sort_segments(const Detection* in, const int* counts, int capacity, int segments,
+                                Detection* out, cudaStream_t stream) {
+  segmented_rank_sort_kernel<<<dim3(ceil_div(capacity, kSortThreads),
+                                    static_cast<unsigned>(segments)),
+                               kSortThreads, 0, stream>>>(in, counts, capacity, out);
+  CUDA_CHECK_LAUNCH();
+}
+}  // namespace detail
+
+const char* to_string(DType dtype) {
+  return dtype == DType::f16 ? "f16" : "f32";
+}
+
+void validate(const BatchSpec& spec) {
+  if (spec.batch < 1 || spec.batch > 65535) {
+    throw std::invalid_argument("BatchSpec: batch must be in [1, 65535], got " +
+                                std::to_string(spec.batch));
+  }
+  validate(spec.image);
+  if (spec.elements() >= (std::size_t{1} << 40)) {
+    throw std::invalid_argument("BatchSpec: the batch tensor must have fewer than 2^40 elements");
+  }
+}
+
+BatchedPostprocessor::BatchedPostprocessor(const BatchSpec& spec,
+                                           const std::vector<Letterbox>& letterboxes,
+                                           const PostprocessConfig& config, DType dtype)
+    : spec_(spec), config_(config), dtype_(dtype) {
+  validate(spec);
+  validate(config);
+  if (config.nms == NmsVersion::v1_fast_parallel) {
+    throw std::invalid_argument(
+        "BatchedPostprocessor: only greedy NMS (v2_bitmask_greedy, v3_bitmask_smem) is batched");
+  }
+  if (dtype != DType::f32 && dtype != DType::f16) {
+    throw std::invalid_argument("BatchedPostprocessor: unknown DType");
+  }
+  if (letterboxes.size() != 1 && letterboxes.size() != static_cast<std::size_t>(spec.batch)) {
+    throw std::invalid_argument(
+        "BatchedPostprocessor: expected 1 or B = " + std::to_string(spec.batch) +
+        " letterboxes, got " + std::to_string(letterboxes.size()));
+  }
+  for (const Letterbox& lb : letterboxes) validate(lb);
+  const std::size_t batch = static_cast<std::size_t>(spec.batch);
+  const std::size_t capacity = static_cast<std::size_t>(config.max_candidates);
+  mask_stride_ = ceil_div(config.max_candidates, kTile);
+  // Every image gets its own copy, so the kernels index letterboxes_[image] alike for both cases.
+  letterboxes_ = course::to_device(
+      letterboxes.size() == batch ? letterboxes : std::vector<Letterbox>(batch, letterboxes[0]));
+  if (dtype == DType::f16) widened_ = course::DeviceBuffer<float>(spec.elements());
+  keys_ = course::DeviceBuffer<std::uint32_t>(batch *
+                                              static_cast<std::size_t>(spec.image.num_candidates));
+  candidates_ = course::DeviceBuffer<Detection>(batch * capacity);
+  sorted_ = course::DeviceBuffer<Detection>(batch * capacity);
+  mask_ = course::DeviceBuffer<std::uint64_t>(batch * capacity * mask_stride_);
+  result_ =
+      course::DeviceBuffer<std::uint8_t>(batch_result_bytes(spec.batch, config.max_detections));
+  host_result_ = course::PinnedBuffer<std::uint8_t>(result_.size());
+  if (config.nms == NmsVersion::v3_bitmask_smem) {
+    staged_words_ =
+        staged_words_for(batched_nms_v3_reduce_kernel, config.max_candidates, mask_stride_);
+  }
+  CUDA_CHECK(cudaMemset(result_.data(), 0, result_.bytes()));  // see GpuPostprocessor
+  std::memset(host_result_.data(), 0, host_result_.bytes());
+}
+
+namespace {
+void check_batch_input(const void* output, std::size_t elements, const BatchSpec& spec,
+                       DType expected, DType got) {
+  if (expected != got) {
+    throw std::invalid_argument(std::string("BatchedPostprocessor: constructed for ") +
+                                to_string(expected) + " input, enqueue got " + to_string(got));
+  }
+  if (elements != spec.elements()) {
+    throw std::invalid_argument(
+        "BatchedPostprocessor: expected " + std::to_string(spec.elements()) +
+        " elements (B = " + std::to_string(spec.batch) + " x " +
+        std::to_string(spec.image.elements()) + "), got " + std::to_string(elements));
+  }
+  if (output == nullptr && elements > 0) {
+    throw std::invalid_argument("BatchedPostprocessor: the output pointer is null");
+  }
+}
+}  // namespace
+
+void BatchedPostprocessor::enqueue(const float* output, std::size_t elements, cudaStream_t stream) {
+  check_batch_input(output, elements, spec_, dtype_, DType::f32);
+  enqueue_f32(output, stream);
+}
+
+void BatchedPostprocessor::enqueue(const __half* output, std::size_t elements,
+                                   cudaStream_t stream) {
+  check_batch_input(output, elements, spec_, dtype_, DType::f16);
+  if (elements > 0) {
+    const int blocks = static_cast<int>(
+        std::min<std::size_t>((elements + kWidenThreads - 1) / kWidenThreads, 132 * 16));
+    widen_half_kernel<<<blocks, kWidenThreads, 0, stream>>>(output, widened_.data(), elements);
+    CUDA_CHECK_LAUNCH();
+  }
+  enqueue_f32(widened_.data(), stream);
+}
+
+void BatchedPostprocessor::enqueue_f32(const float* output, cudaStream_t stream) {
+  const int batch = spec_.batch, n = spec_.image.num_candidates;
+  const int capacity = config_.max_candidates;
+  std::uint8_t* result = result_.data();
+  ResultHeader* headers = reinterpret_cast<ResultHeader*>(result);
+  Detection* detections = reinterpret_cast<Detection*>(result + batch * sizeof(ResultHeader));
+  const BatchBuffers b{output,       spec_.image,        letterboxes_.data(),
+                       keys_.data(), candidates_.data(), sorted_.data(),
+                       mask_.data(), mask_stride_,       headers,
+                       detections,   capacity,           config_.max_detections};
+  const unsigned images = static_cast<unsigned>(batch);
+  CUDA_CHECK(cudaMemsetAsync(headers, 0, batch * sizeof(ResultHeader), stream));
+  if (n > 0) {
+    batched_decode_kernel<<<dim3(ceil_div(n, kDecodeThreads), images), kDecodeThreads, 0, stream>>>(
+        b, config_.conf_threshold);
+    CUDA_CHECK_LAUNCH();
+    if (n > capacity) {
+      batched_select_top_k_kernel<<<images, kSelectThreads, 0, stream>>>(b, config_.conf_threshold);
+      CUDA_CHECK_LAUNCH();
+    }
+  }
+  batched_rank_sort_kernel<<<dim3(ceil_div(capacity, kSortThreads), images), kSortThreads, 0,
+                             stream>>>(b);
+  CUDA_CHECK_LAUNCH();
+  const unsigned tiles = static_cast<unsigned>(mask_stride_);
+  batched_nms_v2_mask_kernel<<<dim3(tiles, tiles, images), kTile, 0, stream>>>(
+      b, config_.iou_threshold, config_.class_agnostic);
+  CUDA_CHECK_LAUNCH();
+  if (config_.nms == NmsVersion::v3_bitmask_smem) {
+    batched_nms_v3_reduce_kernel<<<images, kReduceThreads,
+                                   v3_shared_bytes(mask_stride_, staged_words_), stream>>>(
+        b, staged_words_);
+  } else {
+    batched_nms_v2_reduce_kernel<<<images, kReduceThreads,
+                                   static_cast<std::size_t>(mask_stride_) * sizeof(std::uint64_t),
+                                   stream>>>(b);
+  }
+  CUDA_CHECK_LAUNCH();
+  CUDA_CHECK(cudaMemcpyAsync(host_result_.data(), result_.data(), result_.bytes(),
+                             cudaMemcpyDeviceToHost, stream));
+}
+
+void BatchedPostprocessor::write_efficient_nms(const EfficientNmsOutputs& out,
+                                               cudaStream_t stream) const {
+  if (out.num_detections == nullptr || out.detection_boxes == nullptr ||
+      out.detection_scores == nullptr || out.detection_classes == nullptr) {
+    throw std::invalid_argument("write_efficient_nms: every output pointer must be non-null");
+  }
+  const std::uint8_t* result = result_.data();
+  const ResultHeader* headers = reinterpret_cast<const ResultHeader*>(result);
+  const Detection* detections =
+      reinterpret_cast<const Detection*>(result + spec_.batch * sizeof(ResultHeader));
+  efficient_nms_layout_kernel<<<static_cast<unsigned>(spec_.batch), kLayoutThreads, 0, stream>>>(
+      headers, detections, config_.max_detections, out.num_detections, out.detection_boxes,
+      out.detection_scores, out.detection_classes);
+  CUDA_CHECK_LAUNCH();
+}
+
+std::vector<PostprocessResult> BatchedPostprocessor::results() const {
+  const std::uint8_t* host = host_result_.data();
+  const std::size_t batch = static_cast<std::size_t>(spec_.batch);
+  const Detection* detections =
+      reinterpret_cast<const Detection*>(host + batch * sizeof(ResultHeader));
+  std::vector<PostprocessResult> out(batch);
+  for (std::size_t i = 0; i < batch; ++i) {
+    ResultHeader header;
+    std::memcpy(&header, host + i * sizeof(ResultHeader), sizeof header);
+    PostprocessResult& r = out[i];
+    r.num_above_threshold = header.num_above_threshold;
+    r.num_dropped = header.num_dropped;
+    const int count = std::max(0, std::min(header.num_detections, config_.max_detections));
+    const Detection* first = detections + i * static_cast<std::size_t>(config_.max_detections);
+    r.detections.assign(first, first + count);
+  }
+  return out;
+}
+
+std::vector<PostprocessResult> BatchedPostprocessor::run(const float* output, std::size_t elements,
+                                                         cudaStream_t stream) {
+  enqueue(output, elements, stream);
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+  return results();
 }
 
 // ----------------------------------------------------------------- classification head

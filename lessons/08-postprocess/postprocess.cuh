@@ -30,6 +30,7 @@
 // by both, and written so that the device rounds exactly like the host (no FMA contraction).
 #pragma once
 
+#include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
 
 #include <cmath>
@@ -186,6 +187,9 @@ __host__ __device__ std::uint64_t nms_mask_word(const Detection& row_box, int ro
 enum class NmsVersion {
   v1_fast_parallel,   // Fast NMS: parallel, removes a superset of what greedy NMS removes
   v2_bitmask_greedy,  // exact greedy NMS: 64x64 IoU bit masks, one pass over them on the GPU
+  v3_bitmask_smem,    // v2, with the whole mask staged in shared memory for the greedy pass when
+                      // it fits (about 1280 boxes on an H200): the pass's serial chain of global
+                      // loads becomes shared-memory loads; v2's pass otherwise. Same result as v2
 };
 const char* to_string(NmsVersion version);
 
@@ -294,6 +298,7 @@ class GpuPostprocessor {
   Letterbox letterbox_;
   PostprocessConfig config_;
   int mask_stride_ = 0;                             // 64-bit words per mask row
+  int staged_words_ = 0;                            // v3: mask words shared memory holds
   course::DeviceBuffer<std::uint32_t> keys_;        // [N] score bits, 0 = below threshold
   course::DeviceBuffer<Detection> candidates_;      // [max_candidates], compaction order
   course::DeviceBuffer<Detection> sorted_;          // [max_candidates], NMS order
@@ -323,6 +328,7 @@ class GpuNms {
   int capacity_;
   NmsVersion version_;
   int mask_stride_;
+  int staged_words_ = 0;  // v3
   course::DeviceBuffer<Detection> sorted_;
   course::DeviceBuffer<std::uint64_t> mask_;
   course::DeviceBuffer<std::uint8_t> keep_;
@@ -340,6 +346,208 @@ std::vector<float> iou_gpu(const std::vector<Box>& a, const std::vector<Box>& b)
 // [0, 1] or there are more than kMaxNmsBoxes boxes.
 std::vector<Detection> nms_gpu(const std::vector<Detection>& boxes, float iou_threshold,
                                bool class_agnostic, NmsVersion version);
+
+// ---------------------------------------- a whole batch, FP16 input, TensorRT's NMS layout
+// postprocess.cu section 9 (README "A batch in one launch sequence").
+//
+// A batched engine writes one tensor [B, per-image layout]: image b's output starts at element
+// b x spec.image.elements() and has exactly the single-image layout above ([N, 5 + C] or
+// [4 + C, N]). The batched postprocess runs the single-image kernels' code with one more grid
+// dimension choosing the image (blockIdx.y, or .z for the 2-D NMS mask grid): one launch per
+// step for the whole batch, never one per image. Every image has its own candidate buffer,
+// header (counts), sort, mask and result, so a box can only ever suppress, displace or be
+// counted with boxes of its own image; each image reports its own dropped count.
+
+// The element type of the engine's output. f16: IEEE binary16 (`__half`), what FP16 engines
+// write. Rounding rule: every binary16 value is exactly representable in binary32, so each
+// element is first widened exactly (__half2float; no rounding happens), and then the same FP32
+// decode runs on the widened values. The result is therefore exactly the FP32 path's result on
+// the widened tensor, bit for bit (tests pin it). The widening is a separate, memory-bound pass
+// into a float scratch buffer (B x elements floats) so that the decode stays one function.
+enum class DType { f32, f16 };
+const char* to_string(DType dtype);
+
+struct BatchSpec {
+  OutputSpec image;  // the layout of one image's output
+  int batch = 1;     // B >= 1
+  std::size_t elements() const { return static_cast<std::size_t>(batch) * image.elements(); }
+};
+
+// EXERCISE 5. Where image b's part of each batch buffer starts, in elements (not bytes), for a
+// batch of images laid out as `image` says, each with `capacity` candidate slots, a v2 mask of
+// mask_stride words per slot and room for max_detections results:
+//   output      the tensor:        B x (N x attributes) floats, image after image
+//   keys        dense score keys:  B x N
+//   candidates  candidate buffer:  B x capacity   (the sorted buffer has the same layout)
+//   mask        NMS mask:          B x (capacity x mask_stride)
+//   detections  results:           B x max_detections
+// The batched kernels compute every image's pointers from these (slices_of, postprocess.cu), so
+// a wrong offset here is the "only image 0 is right" bug. 0 <= b; nothing is checked.
+struct SliceOffsets {
+  std::size_t output, keys, candidates, mask, detections;
+};
+__host__ __device__ SliceOffsets slice_offsets(const OutputSpec& image, int b, int capacity,
+                                               int mask_stride, int max_detections);
+
+// Throws std::invalid_argument unless 1 <= batch <= 65535 (a grid dimension), the image spec is
+// valid (validate(OutputSpec)) and the whole tensor has fewer than 2^40 elements.
+void validate(const BatchSpec& spec);
+
+// Where TensorRT's EfficientNMS_TRT plugin writes its four outputs (device pointers), K =
+// max_output_boxes (here: PostprocessConfig::max_detections):
+//   num_detections [B, 1]     int32   valid detections of image b, <= K
+//   detection_boxes [B, K, 4] float   (x1, y1, x2, y2) corners (the plugin's BoxCorner output)
+//   detection_scores [B, K]   float
+//   detection_classes [B, K]  int32
+// Entries past num_detections[b] are zero (boxes, scores and classes), as the plugin leaves them
+// (it memsets all four outputs to 0 before its kernels run). Boxes are in source-image pixels
+// (this lesson undoes the letterbox; the plugin returns whatever coordinates it was given).
+// The plugin sorts the candidates that pass the score threshold and keeps the top 4096 for its
+// NMS kernel; here that cap is PostprocessConfig::max_candidates (default 4096: the same cap),
+// with the drop counted per image instead of silently.
+struct EfficientNmsOutputs {
+  int* num_detections = nullptr;
+  float* detection_boxes = nullptr;
+  float* detection_scores = nullptr;
+  int* detection_classes = nullptr;
+};
+
+// The same four tensors in host memory.
+struct EfficientNmsHost {
+  int batch = 0, max_output_boxes = 0;
+  std::vector<int> num_detections;      // [B]
+  std::vector<float> detection_boxes;   // [B * K * 4]
+  std::vector<float> detection_scores;  // [B * K]
+  std::vector<int> detection_classes;   // [B * K]
+};
+
+// The host-side conversion (the CPU reference of the GPU layout kernel): image b's first
+// min(size, K) detections, zero padding after them. Throws std::invalid_argument if
+// max_output_boxes < 1.
+EfficientNmsHost to_efficient_nms(const std::vector<PostprocessResult>& results,
+                                  int max_output_boxes);
+
+// The postprocess of a whole batch, every buffer allocated once:
+//
+//   BatchedPostprocessor post(spec, letterboxes, config);           // allocates; may throw
+//   post.enqueue(d_output, spec.elements(), stream);                // memset, 5 kernels, 1 copy
+//   CUDA_CHECK(cudaStreamSynchronize(stream));
+//   std::vector<PostprocessResult> r = post.results();              // r[b]: image b
+//
+// letterboxes: one per image (B of them; images of one batch may come from different sources),
+// or a single one that every image shares. NMS is greedy (config.nms v2 or v3, not v1);
+// per image the result equals postprocess_cpu on that image's slice of the tensor.
+// Device memory: per image N keys, 2 x max_candidates detections, a max_candidates^2 / 8 byte
+// mask, and the result; plus B x elements floats of scratch when dtype is f16.
+// Throws std::invalid_argument for a bad spec, config or letterbox, a letterbox count that is
+// neither 1 nor B, or nms v1 (before allocating anything).
+class BatchedPostprocessor {
+ public:
+  BatchedPostprocessor(const BatchSpec& spec, const std::vector<Letterbox>& letterboxes,
+                       const PostprocessConfig& config, DType dtype = DType::f32);
+
+  // output: device pointer to the whole batch's tensor, `elements` = spec.elements() values of
+  // the constructor's dtype (the overload must match it). Throws std::invalid_argument for a
+  // wrong size, a null pointer or the other dtype's overload. Asynchronous on `stream`.
+  void enqueue(const float* output, std::size_t elements, cudaStream_t stream);
+  void enqueue(const __half* output, std::size_t elements, cudaStream_t stream);
+
+  // Writes the last enqueue's results in EfficientNMS_TRT's layout (one kernel; enqueue it on
+  // the same stream, after enqueue). K = config.max_detections. Throws std::invalid_argument if
+  // a pointer is null. Asynchronous.
+  void write_efficient_nms(const EfficientNmsOutputs& out, cudaStream_t stream) const;
+
+  // The results of the last enqueue, one per image. Call after the stream has finished it.
+  std::vector<PostprocessResult> results() const;
+  // enqueue + cudaStreamSynchronize + results.
+  std::vector<PostprocessResult> run(const float* output, std::size_t elements,
+                                     cudaStream_t stream);
+
+  const BatchSpec& spec() const { return spec_; }
+  const PostprocessConfig& config() const { return config_; }
+
+ private:
+  void enqueue_f32(const float* output, cudaStream_t stream);
+  BatchSpec spec_;
+  PostprocessConfig config_;
+  DType dtype_;
+  int mask_stride_ = 0;
+  int staged_words_ = 0;                            // v3
+  course::DeviceBuffer<Letterbox> letterboxes_;     // [B]
+  course::DeviceBuffer<float> widened_;             // f16: [B x elements]
+  course::DeviceBuffer<std::uint32_t> keys_;        // [B][N]
+  course::DeviceBuffer<Detection> candidates_;      // [B][max_candidates]
+  course::DeviceBuffer<Detection> sorted_;          // [B][max_candidates]
+  course::DeviceBuffer<std::uint64_t> mask_;        // [B][mask_stride][max_candidates]
+  course::DeviceBuffer<std::uint8_t> result_;       // ResultHeader[B], Detection[B][max_det]
+  course::PinnedBuffer<std::uint8_t> host_result_;  // its pinned mirror
+};
+
+// ------------------------------------------- CUB for large counts (sort and compaction)
+// cub_baselines.cu (README "CUB: when the library wins"). The lesson's own sort (rank sort: one
+// launch, O(n^2) independent comparisons, no temporary storage) and compaction (warp-aggregated
+// atomicAdd, order decided by warp scheduling) against CUB's radix sort and ordered select.
+
+enum class SortVersion {
+  rank_sort,  // the lesson's rank_sort_kernel, one grid row per segment
+  cub_radix,  // cub::DeviceRadixSort (1 segment) / cub::DeviceSegmentedRadixSort (a batch)
+};
+const char* to_string(SortVersion version);
+
+// Sorts each segment of `in` into NMS order (sort_key descending: score desc, index asc).
+// Layout: `segments` segments of `segment_capacity` detections each, in one array; segment s
+// holds counts[s] valid detections at its start (counts: a device array, values clamped to the
+// capacity, so the host never needs them). out has the same layout; only the first counts[s]
+// of each segment are written. Indices must be unique within a segment.
+// cub_radix sorts 64-bit keys (sort_key) with 32-bit positions as values, then gathers. With one
+// segment it sorts the whole capacity (DeviceRadixSort takes its item count from the host; the
+// padding gets key 0, which sorts last); with several it sorts [s x cap, s x cap + counts[s])
+// per segment (DeviceSegmentedRadixSort reads the offsets from device memory).
+// Throws std::invalid_argument unless 1 <= segment_capacity <= 2^24 and 1 <= segments <= 65535
+// (and their product < 2^31).
+class DetectionSorter {
+ public:
+  DetectionSorter(int segment_capacity, int segments, SortVersion version);
+  // Asynchronous on `stream`. Throws std::invalid_argument for a null pointer.
+  void enqueue(const Detection* in, const int* counts, Detection* out, cudaStream_t stream);
+  std::size_t temp_storage_bytes() const { return temp_.size(); }
+
+ private:
+  int capacity_, segments_;
+  SortVersion version_;
+  course::DeviceBuffer<std::uint64_t> keys_in_, keys_out_;
+  course::DeviceBuffer<int> values_in_, values_out_;
+  course::DeviceBuffer<int> offsets_;  // begin[segments], end[segments]
+  course::DeviceBuffer<std::uint8_t> temp_;
+};
+
+enum class CompactVersion {
+  warp_atomic,  // one atomicAdd per warp (decode_kernel's compaction): order varies run to run
+  cub_select,   // cub::DeviceSelect::If over the indices: ordered (index ascending)
+};
+const char* to_string(CompactVersion version);
+
+// Stream compaction of the candidates that passed: every i in [0, n) with keys[i] != 0 (the dense
+// key array decode writes) goes to out_indices, their number to *d_count (device). warp_atomic
+// writes them in an order that depends on warp scheduling; cub_select in index order. out_indices
+// holds n ints. Throws std::invalid_argument unless 0 <= n <= capacity, or for a null pointer.
+class Compactor {
+ public:
+  Compactor(int capacity, CompactVersion version);  // capacity >= 1
+  void enqueue(const std::uint32_t* keys, int n, int* out_indices, int* d_count,
+               cudaStream_t stream);
+
+ private:
+  int capacity_;
+  CompactVersion version_;
+  course::DeviceBuffer<std::uint8_t> temp_;
+};
+
+namespace detail {
+// postprocess.cu: the rank sort on segments (DetectionSorter's rank_sort version).
+void enqueue_rank_sort_segments(const Detection* in, const int* counts, int capacity, int segments,
+                                Detection* out, cudaStream_t stream);
+}  // namespace detail
 
 // -------------------------------------------------------------------- CPU reference (host)
 // reference.cpp: straightforward loops over the same per-element functions.
@@ -378,6 +586,15 @@ DecodeResult decode_cpu(const float* output, std::size_t elements, const OutputS
 // bad config (validate) and whatever decode_cpu rejects.
 PostprocessResult postprocess_cpu(const float* output, std::size_t elements, const OutputSpec& spec,
                                   const Letterbox& letterbox, const PostprocessConfig& config);
+
+// The batched postprocess on the CPU: postprocess_cpu on each image's slice, with letterbox b
+// (or the only one). What BatchedPostprocessor must return. Throws std::invalid_argument if
+// elements != spec.elements(), the letterbox count is neither 1 nor B, or postprocess_cpu
+// rejects an image.
+std::vector<PostprocessResult> postprocess_batch_cpu(const float* output, std::size_t elements,
+                                                     const BatchSpec& spec,
+                                                     const std::vector<Letterbox>& letterboxes,
+                                                     const PostprocessConfig& config);
 
 // ------------------------------------------------------------------- classification head
 

@@ -18,7 +18,15 @@ const char* to_string(Layout layout) {
 }
 
 const char* to_string(NmsVersion version) {
-  return version == NmsVersion::v1_fast_parallel ? "v1 fast parallel" : "v2 bitmask greedy";
+  switch (version) {
+    case NmsVersion::v1_fast_parallel:
+      return "v1 fast parallel";
+    case NmsVersion::v2_bitmask_greedy:
+      return "v2 bitmask greedy";
+    case NmsVersion::v3_bitmask_smem:
+      return "v3 bitmask smem";
+  }
+  return "unknown NmsVersion";
 }
 
 void validate(const OutputSpec& spec) {
@@ -58,7 +66,8 @@ void validate(const PostprocessConfig& config) {
     throw std::invalid_argument("max_detections must be in [1, " + std::to_string(kMaxNmsBoxes) +
                                 "], got " + std::to_string(config.max_detections));
   }
-  if (config.nms != NmsVersion::v1_fast_parallel && config.nms != NmsVersion::v2_bitmask_greedy) {
+  if (config.nms != NmsVersion::v1_fast_parallel && config.nms != NmsVersion::v2_bitmask_greedy &&
+      config.nms != NmsVersion::v3_bitmask_smem) {
     throw std::invalid_argument("unknown NmsVersion");
   }
 }
@@ -177,6 +186,64 @@ PostprocessResult postprocess_cpu(const float* output, std::size_t elements, con
     r.detections.resize(static_cast<std::size_t>(config.max_detections));
   }
   return r;
+}
+
+std::vector<PostprocessResult> postprocess_batch_cpu(const float* output, std::size_t elements,
+                                                     const BatchSpec& spec,
+                                                     const std::vector<Letterbox>& letterboxes,
+                                                     const PostprocessConfig& config) {
+  validate(spec);
+  if (elements != spec.elements()) {
+    throw std::invalid_argument("postprocess_batch_cpu: expected " +
+                                std::to_string(spec.elements()) + " elements, got " +
+                                std::to_string(elements));
+  }
+  if (letterboxes.size() != 1 && letterboxes.size() != static_cast<std::size_t>(spec.batch)) {
+    throw std::invalid_argument("postprocess_batch_cpu: expected 1 or B letterboxes, got " +
+                                std::to_string(letterboxes.size()));
+  }
+  if (output == nullptr && elements > 0) {
+    throw std::invalid_argument("postprocess_batch_cpu: the output pointer is null");
+  }
+  const std::size_t per_image = spec.image.elements();
+  std::vector<PostprocessResult> out;
+  for (int b = 0; b < spec.batch; ++b) {
+    const Letterbox& lb = letterboxes[letterboxes.size() == 1 ? 0 : static_cast<std::size_t>(b)];
+    out.push_back(postprocess_cpu(output + static_cast<std::size_t>(b) * per_image, per_image,
+                                  spec.image, lb, config));
+  }
+  return out;
+}
+
+EfficientNmsHost to_efficient_nms(const std::vector<PostprocessResult>& results,
+                                  int max_output_boxes) {
+  if (max_output_boxes < 1) {
+    throw std::invalid_argument("to_efficient_nms: max_output_boxes must be >= 1, got " +
+                                std::to_string(max_output_boxes));
+  }
+  EfficientNmsHost h;
+  h.batch = static_cast<int>(results.size());
+  h.max_output_boxes = max_output_boxes;
+  const std::size_t k = static_cast<std::size_t>(max_output_boxes);
+  h.num_detections.assign(results.size(), 0);
+  h.detection_boxes.assign(results.size() * k * 4, 0.0f);  // zero padding, as the plugin's
+  h.detection_scores.assign(results.size() * k, 0.0f);     // memsets leave it
+  h.detection_classes.assign(results.size() * k, 0);
+  for (std::size_t b = 0; b < results.size(); ++b) {
+    const std::vector<Detection>& d = results[b].detections;
+    const std::size_t count = std::min(d.size(), k);
+    h.num_detections[b] = static_cast<int>(count);
+    for (std::size_t j = 0; j < count; ++j) {
+      const std::size_t o = b * k + j;
+      h.detection_boxes[4 * o + 0] = d[j].box.x1;
+      h.detection_boxes[4 * o + 1] = d[j].box.y1;
+      h.detection_boxes[4 * o + 2] = d[j].box.x2;
+      h.detection_boxes[4 * o + 3] = d[j].box.y2;
+      h.detection_scores[o] = d[j].score;
+      h.detection_classes[o] = d[j].class_id;
+    }
+  }
+  return h;
 }
 
 }  // namespace lesson08

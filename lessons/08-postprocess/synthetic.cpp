@@ -231,4 +231,8 @@ int count_recovered(const std::vector<GroundTruth>& objects,
   return recovered;
 }
 
+std::vector<Detection> benchmark_nms_boxes(int n) {
+  return random_detections(n, 80, 640, 25, 0, 7u + static_cast<std::uint32_t>(n));
+}
+
 }  // namespace lesson08

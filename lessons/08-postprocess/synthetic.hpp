@@ -88,6 +88,11 @@ std::vector<Detection> random_detections(int n, int num_classes, int image_size,
                                          int boxes_per_cluster, int score_levels,
                                          std::uint32_t seed);
 
+// The NMS benchmark's boxes (bench_postprocess.cpp's nms/<n> rows, lesson08 --dump-boxes and
+// tools/torchvision_nms_check.py all use this one set): random_detections(n, 80 classes, 640 px,
+// clusters of 25, continuous scores, seed 7 + n).
+std::vector<Detection> benchmark_nms_boxes(int n);
+
 // rows x cols logits, row-major, uniform in [-scale, scale) (scale >= 0; not checked). Throws
 // std::invalid_argument for rows or cols < 0.
 std::vector<float> random_logits(int rows, int cols, float scale, std::uint32_t seed);

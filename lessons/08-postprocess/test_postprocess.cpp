@@ -822,7 +822,8 @@ TEST_CASE("softmax_rows rejects bad shapes", "[args]") {
 
 TEST_CASE("GPU postprocess equals the CPU reference", "[gpu][ex2]") {
   const Layout layout = GENERATE(Layout::yolov5, Layout::yolov8);
-  const NmsVersion version = GENERATE(NmsVersion::v2_bitmask_greedy, NmsVersion::v1_fast_parallel);
+  const NmsVersion version = GENERATE(NmsVersion::v2_bitmask_greedy, NmsVersion::v1_fast_parallel,
+                                      NmsVersion::v3_bitmask_smem);
   const bool agnostic = GENERATE(false, true);
   // N not a multiple of the block size; objects of 3 classes, so some overlap across classes.
   const Frame f = make_frame(layout, 1999, 3, 20, 15, 13);
@@ -913,6 +914,9 @@ TEST_CASE("GPU NMS equals the CPU reference on random sets", "[gpu][ex3]") {
   const std::vector<Detection> gpu_fast =
       nms_gpu(boxes, 0.5f, agnostic, NmsVersion::v1_fast_parallel);
   require_same(gpu_greedy, greedy);
+  // v3: the mask staged in shared memory while it fits (n <= about 1280 on an H200), v2's pass
+  // beyond: both sides of that limit are in the sizes above.
+  require_same(nms_gpu(boxes, 0.5f, agnostic, NmsVersion::v3_bitmask_smem), greedy);
   require_same(gpu_fast, fast_nms_cpu(boxes, 0.5f, agnostic));
   // nms_cpu runs the same iou as the GPU (the learner's, in the exercise build): the oracle
   // does not. (The CPU test above checks on these sets that the oracle equals nms_cpu.)
@@ -921,7 +925,8 @@ TEST_CASE("GPU NMS equals the CPU reference on random sets", "[gpu][ex3]") {
 }
 
 TEST_CASE("GPU NMS: empty input, identical boxes, classes, and input order", "[gpu][ex3]") {
-  const NmsVersion version = GENERATE(NmsVersion::v2_bitmask_greedy, NmsVersion::v1_fast_parallel);
+  const NmsVersion version = GENERATE(NmsVersion::v2_bitmask_greedy, NmsVersion::v1_fast_parallel,
+                                      NmsVersion::v3_bitmask_smem);
   SECTION("empty") {
     CHECK(nms_gpu({}, 0.5f, false, version).empty());
   }
@@ -1095,4 +1100,386 @@ TEST_CASE("softmax then top-k: the classification head", "[gpu][ex4]") {
   CHECK(top[0] > 0.5f);
   for (int j = 1; j < 5; ++j)
     CHECK(top[static_cast<std::size_t>(j)] <= top[static_cast<std::size_t>(j - 1)]);
+}
+
+// ================================================ batched postprocess, FP16, EfficientNMS layout
+
+namespace {
+
+// A batch in which every image differs: its own source size (so its own letterbox), scene,
+// object count (image 1 has none) and generator seed. A batched postprocess that read image 0's
+// slice, letterbox or counts for every image (the "only image 0 is right" bug), or let boxes of
+// one image suppress another's, fails the image-by-image comparison below. Image 3 (when
+// present) repeats image 0's tensor with a different letterbox: identical boxes in two images
+// must both survive, each mapped by its own letterbox.
+struct Batch {
+  BatchSpec spec;
+  std::vector<Letterbox> letterboxes;
+  std::vector<float> tensor;  // [B][elements]
+};
+
+Batch make_batch(Layout layout, int batch, int n, int num_classes, std::uint32_t seed) {
+  static const int sizes[][2] = {{1280, 720}, {640, 480}, {1920, 1080}, {500, 900}, {333, 333}};
+  Batch b;
+  b.spec = {{layout, n, num_classes}, batch};
+  const std::size_t per_image = b.spec.image.elements();
+  for (int i = 0; i < batch; ++i) {
+    const int* wh = sizes[i % 5];
+    b.letterboxes.push_back(make_letterbox(wh[0], wh[1], 640, 640));
+    if (i == 3) {  // image 0's tensor again, another letterbox
+      b.tensor.insert(b.tensor.end(), b.tensor.begin(),
+                      b.tensor.begin() + static_cast<std::ptrdiff_t>(per_image));
+      continue;
+    }
+    SceneConfig scene;
+    scene.src_w = wh[0];
+    scene.src_h = wh[1];
+    scene.num_classes = num_classes;
+    scene.num_objects = i == 1 ? 0 : 3 + (i * 5) % 11;
+    scene.min_size = 12.0f;
+    scene.max_size = 80.0f;
+    scene.seed = seed + 17u * static_cast<std::uint32_t>(i);
+    GeneratorConfig gen;
+    gen.candidates_per_object = 8 + i % 7;
+    gen.seed = seed + 31u * static_cast<std::uint32_t>(i) + 1u;
+    const std::vector<float> t =
+        make_detector_output(b.spec.image, b.letterboxes.back(), make_scene(scene), gen);
+    b.tensor.insert(b.tensor.end(), t.begin(), t.end());
+  }
+  return b;
+}
+
+void require_same_per_image(const std::vector<PostprocessResult>& got,
+                            const std::vector<PostprocessResult>& expected) {
+  REQUIRE(got.size() == expected.size());
+  for (std::size_t b = 0; b < got.size(); ++b) {
+    INFO("image " << b);
+    CHECK(got[b].num_above_threshold == expected[b].num_above_threshold);
+    CHECK(got[b].num_dropped == expected[b].num_dropped);
+    require_same(got[b].detections, expected[b].detections);
+  }
+}
+
+// The oracle for FP16 -> FP32, from the binary16 definition (sign, 5-bit exponent with bias
+// 15, 10-bit fraction; exponent 0: subnormal, fraction x 2^-24; exponent 31: inf or NaN), in
+// double (exact), sharing nothing with cuda_fp16.h.
+float half_bits_to_float(std::uint16_t h) {
+  const int sign = (h >> 15) & 1, exponent = (h >> 10) & 0x1f, fraction = h & 0x3ff;
+  double v;
+  if (exponent == 0) {
+    v = std::ldexp(static_cast<double>(fraction), -24);
+  } else if (exponent == 31) {
+    v = fraction == 0 ? std::numeric_limits<double>::infinity()
+                      : std::numeric_limits<double>::quiet_NaN();
+  } else {
+    v = std::ldexp(1024.0 + fraction, exponent - 25);
+  }
+  return static_cast<float>(sign ? -v : v);
+}
+
+std::uint16_t bits_of(__half h) {
+  std::uint16_t u;
+  std::memcpy(&u, &h, sizeof u);
+  return u;
+}
+
+}  // namespace
+
+TEST_CASE("slice_offsets: each image's part of every batch buffer", "[batch][ex5]") {
+  // Hand-computed: YOLOv5, N = 7, C = 3 (8 values per candidate), capacity 5, 2 mask words per
+  // slot, 4 detections per image.
+  const OutputSpec v5{Layout::yolov5, 7, 3};
+  const SliceOffsets zero = slice_offsets(v5, 0, 5, 2, 4);
+  CHECK(zero.output == 0);
+  CHECK(zero.keys == 0);
+  CHECK(zero.candidates == 0);
+  CHECK(zero.mask == 0);
+  CHECK(zero.detections == 0);
+  const SliceOffsets three = slice_offsets(v5, 3, 5, 2, 4);
+  CHECK(three.output == 3 * 7 * 8);
+  CHECK(three.keys == 3 * 7);
+  CHECK(three.candidates == 3 * 5);
+  CHECK(three.mask == 3 * 5 * 2);
+  CHECK(three.detections == 3 * 4);
+  // YOLOv8 (4 + C values), and sizes whose products overflow 32 bits: 32 images of 25200 x 85
+  // fit in an int, the mask of 40,000 images of 65,536 slots x 1024 words does not.
+  const OutputSpec v8{Layout::yolov8, 8400, 80};
+  CHECK(slice_offsets(v8, 1, 4096, 64, 300).output == 8400u * 84u);
+  const SliceOffsets big = slice_offsets(v8, 40000, 65536, 1024, 300);
+  CHECK(big.mask == std::size_t{40000} * 65536u * 1024u);
+  CHECK(big.output == std::size_t{40000} * 8400u * 84u);
+}
+
+TEST_CASE("postprocess_batch_cpu runs postprocess_cpu on each image's slice", "[batch]") {
+  const Batch b = make_batch(Layout::yolov8, 5, 700, 4, 300);
+  const PostprocessConfig c;
+  const std::vector<PostprocessResult> all =
+      postprocess_batch_cpu(b.tensor.data(), b.tensor.size(), b.spec, b.letterboxes, c);
+  REQUIRE(all.size() == 5);
+  const std::size_t per_image = b.spec.image.elements();
+  for (int i = 0; i < 5; ++i) {
+    INFO("image " << i);
+    const std::vector<float> slice(
+        b.tensor.begin() + static_cast<std::ptrdiff_t>(i * per_image),
+        b.tensor.begin() + static_cast<std::ptrdiff_t>((i + 1) * per_image));
+    const PostprocessResult one =
+        postprocess_cpu(slice.data(), slice.size(), b.spec.image, b.letterboxes[i], c);
+    CHECK(all[i].num_above_threshold == one.num_above_threshold);
+    require_same(all[i].detections, one.detections);
+  }
+  CHECK(all[1].detections.empty());                             // the image with no objects
+  CHECK(all[0].detections.size() == all[3].detections.size());  // same tensor, other letterbox
+  CHECK_FALSE(all[0].detections.empty());
+}
+
+TEST_CASE("to_efficient_nms: the plugin's four tensors, zero padding, truncation to K", "[batch]") {
+  PostprocessResult a, b, c;
+  a.detections = {make_box(1, 2, 3, 4, 0.9f, 7, 10), make_box(5, 6, 7, 8, 0.8f, 2, 3)};
+  c.detections = {make_box(0, 0, 1, 1, 0.7f, 1, 0), make_box(0, 0, 2, 2, 0.6f, 0, 1),
+                  make_box(0, 0, 3, 3, 0.5f, 5, 2)};
+  const EfficientNmsHost h = to_efficient_nms({a, b, c}, 2);
+  CHECK(h.batch == 3);
+  CHECK(h.max_output_boxes == 2);
+  CHECK(h.num_detections == std::vector<int>{2, 0, 2});
+  CHECK(h.detection_boxes ==
+        std::vector<float>{1, 2, 3, 4, 5, 6, 7, 8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 0, 0, 2, 2});
+  CHECK(h.detection_scores == std::vector<float>{0.9f, 0.8f, 0, 0, 0.7f, 0.6f});
+  CHECK(h.detection_classes == std::vector<int>{7, 2, 0, 0, 1, 0});
+  CHECK_THROWS_WITH(to_efficient_nms({a}, 0), Contains("max_output_boxes must be >= 1"));
+}
+
+TEST_CASE("FP16 widening is exact: every binary16 value, as the definition gives it", "[batch]") {
+  // The rounding rule of the FP16 path: binary16 -> binary32 loses nothing, so the decode sees
+  // exactly the value the engine wrote. Checked on all 65536 bit patterns against the oracle.
+  int nan_count = 0;
+  for (std::uint32_t u = 0; u < 65536; ++u) {
+    std::uint16_t bits = static_cast<std::uint16_t>(u);
+    __half h;
+    std::memcpy(&h, &bits, sizeof h);
+    const float widened = __half2float(h);
+    const float oracle = half_bits_to_float(bits);
+    if (std::isnan(oracle)) {
+      ++nan_count;
+      CHECK(std::isnan(widened));
+      continue;
+    }
+    if (widened != oracle || std::signbit(widened) != std::signbit(oracle)) {
+      INFO("bits 0x" << std::hex << u);
+      REQUIRE(widened == oracle);
+    }
+    // Exact: narrowing the widened value gives the same bits back.
+    if (bits_of(__float2half_rn(widened)) != bits) {
+      INFO("bits 0x" << std::hex << u);
+      REQUIRE(bits_of(__float2half_rn(widened)) == bits);
+    }
+  }
+  CHECK(nan_count == 2 * 1023);
+}
+
+TEST_CASE("Batched postprocess: bad input is rejected before any GPU work", "[batch][args]") {
+  const BatchSpec spec{{Layout::yolov8, 100, 3}, 4};
+  const std::vector<Letterbox> one{identity_letterbox()};
+  PostprocessConfig c;
+  CHECK_THROWS_WITH(validate(BatchSpec{{Layout::yolov8, 100, 3}, 0}),
+                    Contains("batch must be in [1, 65535]"));
+  CHECK_THROWS_WITH(validate(BatchSpec{{Layout::yolov8, 100, 3}, 70000}),
+                    Contains("batch must be in [1, 65535]"));
+  CHECK_THROWS_AS(validate(BatchSpec{{Layout::yolov8, 100, 0}, 2}), std::invalid_argument);
+  CHECK_THROWS_WITH(BatchedPostprocessor(spec, {one[0], one[0]}, c),
+                    Contains("expected 1 or B = 4 letterboxes, got 2"));
+  CHECK_THROWS_AS(BatchedPostprocessor(spec, {Letterbox{}}, c), std::invalid_argument);
+  c.nms = NmsVersion::v1_fast_parallel;
+  CHECK_THROWS_WITH(BatchedPostprocessor(spec, one, c), Contains("only greedy NMS"));
+  const std::vector<float> t(spec.elements() - 1);
+  CHECK_THROWS_WITH(postprocess_batch_cpu(t.data(), t.size(), spec, one, PostprocessConfig{}),
+                    Contains("expected 2800 elements, got 2799"));
+}
+
+TEST_CASE("GPU batched: every image equals the CPU reference, image by image",
+          "[gpu][batch][ex5]") {
+  const Layout layout = GENERATE(Layout::yolov5, Layout::yolov8);
+  const bool agnostic = GENERATE(false, true);
+  const int batch = GENERATE(1, 2, 7);
+  const NmsVersion version = GENERATE(NmsVersion::v2_bitmask_greedy, NmsVersion::v3_bitmask_smem);
+  // N not a multiple of the block size; 5 classes so boxes of different classes overlap.
+  const Batch b = make_batch(layout, batch, 1777, 5, 40);
+  PostprocessConfig c;
+  c.class_agnostic = agnostic;
+  c.nms = version;
+  INFO(to_string(layout) << ", B = " << batch << ", agnostic " << agnostic << ", "
+                         << to_string(version));
+  const std::vector<PostprocessResult> cpu =
+      postprocess_batch_cpu(b.tensor.data(), b.tensor.size(), b.spec, b.letterboxes, c);
+  const course::DeviceBuffer<float> d = course::to_device(b.tensor);
+  BatchedPostprocessor post(b.spec, b.letterboxes, c);
+  course::Stream stream;
+  for (int run = 0; run < 2; ++run) {  // the second run starts from the first run's buffers
+    require_same_per_image(post.run(d.data(), b.tensor.size(), stream), cpu);
+  }
+  // Not vacuous: the images differ, and the repeated one is found in both places.
+  if (batch >= 2) CHECK(cpu[1].detections.empty());
+  if (batch >= 4) {
+    CHECK(cpu[3].detections.size() == cpu[0].detections.size());
+    CHECK(cpu[2].detections.size() != cpu[0].detections.size());
+  }
+}
+
+TEST_CASE("GPU batched: per-image drop counts, overflowing and fitting images side by side",
+          "[gpu][batch][ex5]") {
+  const Batch b = make_batch(Layout::yolov8, 6, 3000, 3, 77);
+  PostprocessConfig c;
+  c.max_candidates = 60;  // some images have more candidates above the threshold, some fewer
+  c.max_detections = 40;
+  const std::vector<PostprocessResult> cpu =
+      postprocess_batch_cpu(b.tensor.data(), b.tensor.size(), b.spec, b.letterboxes, c);
+  int overflowing = 0, fitting = 0;
+  for (const PostprocessResult& r : cpu) (r.num_dropped > 0 ? overflowing : fitting) += 1;
+  REQUIRE(overflowing >= 2);
+  REQUIRE(fitting >= 2);
+  const course::DeviceBuffer<float> d = course::to_device(b.tensor);
+  BatchedPostprocessor post(b.spec, b.letterboxes, c);
+  course::Stream stream;
+  require_same_per_image(post.run(d.data(), b.tensor.size(), stream), cpu);
+}
+
+TEST_CASE("GPU batched FP16: exactly the FP32 path on the widened values", "[gpu][batch][ex5]") {
+  const Layout layout = GENERATE(Layout::yolov5, Layout::yolov8);
+  const Batch b = make_batch(layout, 4, 2500, 6, 90);
+  // The engine's FP16 output: the FP32 tensor rounded to nearest binary16.
+  std::vector<__half> half(b.tensor.size());
+  std::vector<float> widened(b.tensor.size());
+  for (std::size_t i = 0; i < half.size(); ++i) {
+    half[i] = __float2half_rn(b.tensor[i]);
+    widened[i] = half_bits_to_float(bits_of(half[i]));  // the oracle's widening
+  }
+  const PostprocessConfig c;
+  const std::vector<PostprocessResult> cpu =
+      postprocess_batch_cpu(widened.data(), widened.size(), b.spec, b.letterboxes, c);
+  course::Stream stream;
+  const course::DeviceBuffer<__half> d_half = course::to_device(half);
+  BatchedPostprocessor post16(b.spec, b.letterboxes, c, DType::f16);
+  require_same_per_image(
+      [&] {
+        post16.enqueue(d_half.data(), half.size(), stream);
+        stream.synchronize();
+        return post16.results();
+      }(),
+      cpu);
+  const course::DeviceBuffer<float> d_widened = course::to_device(widened);
+  BatchedPostprocessor post32(b.spec, b.letterboxes, c, DType::f32);
+  require_same_per_image(post32.run(d_widened.data(), widened.size(), stream), cpu);
+  CHECK_FALSE(cpu[0].detections.empty());
+  // The dtype must match the overload.
+  CHECK_THROWS_WITH(post16.enqueue(d_widened.data(), widened.size(), stream),
+                    Contains("constructed for f16 input"));
+  CHECK_THROWS_WITH(post32.enqueue(d_half.data(), half.size(), stream),
+                    Contains("constructed for f32 input"));
+  CHECK_THROWS_WITH(post32.enqueue(d_widened.data(), widened.size() - 1, stream),
+                    Contains("expected"));
+}
+
+TEST_CASE("GPU batched: EfficientNMS_TRT output layout, padded with zeros", "[gpu][batch][ex5]") {
+  const Batch b = make_batch(Layout::yolov8, 5, 2000, 4, 123);
+  PostprocessConfig c;
+  c.max_detections = GENERATE(1, 5, 100);
+  INFO("K = " << c.max_detections);
+  const int k = c.max_detections, batch = b.spec.batch;
+  const std::vector<PostprocessResult> cpu =
+      postprocess_batch_cpu(b.tensor.data(), b.tensor.size(), b.spec, b.letterboxes, c);
+  const EfficientNmsHost expected = to_efficient_nms(cpu, k);
+  const course::DeviceBuffer<float> d = course::to_device(b.tensor);
+  BatchedPostprocessor post(b.spec, b.letterboxes, c);
+  course::DeviceBuffer<int> num(static_cast<std::size_t>(batch));
+  course::DeviceBuffer<float> boxes(static_cast<std::size_t>(batch) * k * 4);
+  course::DeviceBuffer<float> scores(static_cast<std::size_t>(batch) * k);
+  course::DeviceBuffer<int> classes(static_cast<std::size_t>(batch) * k);
+  // Stale bytes everywhere: the kernel must write every element, the padding included.
+  CUDA_CHECK(cudaMemset(num.data(), 0xff, num.bytes()));
+  CUDA_CHECK(cudaMemset(boxes.data(), 0xff, boxes.bytes()));
+  CUDA_CHECK(cudaMemset(scores.data(), 0xff, scores.bytes()));
+  CUDA_CHECK(cudaMemset(classes.data(), 0xff, classes.bytes()));
+  course::Stream stream;
+  post.enqueue(d.data(), b.tensor.size(), stream);
+  post.write_efficient_nms({num.data(), boxes.data(), scores.data(), classes.data()}, stream);
+  stream.synchronize();
+  CHECK(course::to_host(num) == expected.num_detections);
+  CHECK(course::to_host(boxes) == expected.detection_boxes);
+  CHECK(course::to_host(scores) == expected.detection_scores);
+  CHECK(course::to_host(classes) == expected.detection_classes);
+  CHECK(expected.num_detections[1] == 0);
+  CHECK_THROWS_WITH(
+      post.write_efficient_nms({nullptr, boxes.data(), scores.data(), classes.data()}, stream),
+      Contains("non-null"));
+}
+
+// ====================================================== CUB sort and compaction beside ours
+
+TEST_CASE("DetectionSorter and Compactor reject bad sizes before touching the GPU", "[args]") {
+  CHECK_THROWS_WITH(DetectionSorter(0, 1, SortVersion::rank_sort), Contains("segment_capacity"));
+  CHECK_THROWS_WITH(DetectionSorter(10, 0, SortVersion::cub_radix), Contains("segments"));
+  CHECK_THROWS_WITH(DetectionSorter(1 << 24, 200, SortVersion::cub_radix), Contains("2^31"));
+  CHECK_THROWS_WITH(Compactor(0, CompactVersion::cub_select), Contains("capacity must be >= 1"));
+}
+
+TEST_CASE("GPU DetectionSorter: every segment in NMS order, rank sort and CUB alike",
+          "[gpu][cub]") {
+  const SortVersion version = GENERATE(SortVersion::rank_sort, SortVersion::cub_radix);
+  const int segments = GENERATE(1, 5);
+  const int capacity = GENERATE(1, 300, 5000);
+  INFO(to_string(version) << ", " << segments << " segments of " << capacity);
+  std::vector<Detection> in;
+  std::vector<int> counts;
+  for (int s = 0; s < segments; ++s) {
+    // Counts 0, full, and in between; scores with many ties (score_levels 7), indices unique.
+    const int count = s == 1 ? 0 : (s == 2 ? capacity : std::max(1, capacity - 37 * s));
+    std::vector<Detection> seg = random_detections(capacity, 5, 640, 9, 7, 50u + s);
+    std::reverse(seg.begin(), seg.end());  // arrive out of order
+    counts.push_back(count);
+    in.insert(in.end(), seg.begin(), seg.end());
+  }
+  const course::DeviceBuffer<Detection> d_in = course::to_device(in);
+  const course::DeviceBuffer<int> d_counts = course::to_device(counts);
+  course::DeviceBuffer<Detection> d_out(in.size());
+  CUDA_CHECK(cudaMemset(d_out.data(), 0, d_out.bytes()));
+  DetectionSorter sorter(capacity, segments, version);
+  course::Stream stream;
+  sorter.enqueue(d_in.data(), d_counts.data(), d_out.data(), stream);
+  stream.synchronize();
+  const std::vector<Detection> out = course::to_host(d_out);
+  for (int s = 0; s < segments; ++s) {
+    INFO("segment " << s);
+    const auto first = in.begin() + static_cast<std::ptrdiff_t>(s) * capacity;
+    std::vector<Detection> expected(first, first + counts[s]);
+    std::sort(expected.begin(), expected.end(), [](const Detection& a, const Detection& b) {
+      return a.score > b.score || (a.score == b.score && a.index < b.index);  // the definition
+    });
+    const auto got = out.begin() + static_cast<std::ptrdiff_t>(s) * capacity;
+    require_same(std::vector<Detection>(got, got + counts[s]), expected);
+  }
+}
+
+TEST_CASE("GPU Compactor: the passing indices, ordered by CUB, as a set by the atomic",
+          "[gpu][cub]") {
+  const CompactVersion version = GENERATE(CompactVersion::warp_atomic, CompactVersion::cub_select);
+  const int n = GENERATE(0, 1, 31, 8400, 100001);
+  INFO(to_string(version) << ", n = " << n);
+  std::vector<std::uint32_t> keys(static_cast<std::size_t>(n));
+  std::vector<int> expected;
+  Rng rng(9u + static_cast<std::uint32_t>(n));
+  for (int i = 0; i < n; ++i) {
+    keys[i] = rng.uniform() < 0.1f ? 1u + static_cast<std::uint32_t>(rng.below(1000)) : 0u;
+    if (keys[i] != 0) expected.push_back(i);
+  }
+  const course::DeviceBuffer<std::uint32_t> d_keys = course::to_device(keys);
+  course::DeviceBuffer<int> d_out(static_cast<std::size_t>(std::max(n, 1))), d_count(1);
+  Compactor compactor(std::max(n, 1), version);
+  course::Stream stream;
+  compactor.enqueue(d_keys.data(), n, d_out.data(), d_count.data(), stream);
+  stream.synchronize();
+  const int count = course::to_host(d_count)[0];
+  REQUIRE(count == static_cast<int>(expected.size()));
+  std::vector<int> got = course::to_host(d_out);
+  got.resize(static_cast<std::size_t>(count));
+  if (version == CompactVersion::warp_atomic) std::sort(got.begin(), got.end());
+  CHECK(got == expected);
 }
