@@ -603,7 +603,15 @@ class Worker {
       stage_ = c_.graphs ? "graph launch" : "letterbox + engine + postprocess";
       NvtxRange r("letterbox + engine + postprocess");
       if (c_.graphs) {
-        if (!set.graphs[b]) capture(set, b);  // no warm-up: captured on first use
+        if (!set.graphs[b]) {
+          // No warm-up: captured on first use. The first enqueue of the sequence allocates
+          // (lesson 06's warp-table cache, first-use buffers), and no allocation is permitted
+          // while a stream captures (cudaErrorStreamCaptureUnsupported, seen on the H200): run
+          // it once eagerly (same input, same output), then capture it. That first frame pays
+          // for both, which is the cost the warm-up exists to move out of the way.
+          enqueue_device_work(set, *engine_, c_, b, out_elems_, *compute_, false);
+          capture(set, b);
+        }
         set.graphs[b].launch(*compute_);
       } else {
         enqueue_device_work(set, *engine_, c_, b, out_elems_, *compute_, c_.trace);

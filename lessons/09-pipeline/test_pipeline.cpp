@@ -458,7 +458,7 @@ PipelineConfig race_config() {
 constexpr double kRaceGflop = 86.0;  // ~40 SGEMMs: about 2 ms per frame on an H200
 }  // namespace
 
-TEST_CASE("with the slot-reuse wait, the race setup gives right answers", "[gpu][ex3]") {
+TEST_CASE("with the slot-reuse wait, the race setup gives right answers", "[gpu][ex3][host-race]") {
   const PipelineConfig c = race_config();
   const RunReport report = run_pipeline(c, color_engine_spec(c, kRaceGflop));
   const RunCheck r = check_run(report, c);
@@ -468,7 +468,7 @@ TEST_CASE("with the slot-reuse wait, the race setup gives right answers", "[gpu]
   CHECK(r.repeated == 0);
 }
 
-TEST_CASE("skipping the slot-reuse wait is caught by the checks", "[gpu]") {
+TEST_CASE("skipping the slot-reuse wait is caught by the checks", "[gpu][host-race]") {
   PipelineConfig c = race_config();
   c.test_skip_slot_wait = true;
   const RunReport report = run_pipeline(c, color_engine_spec(c, kRaceGflop));

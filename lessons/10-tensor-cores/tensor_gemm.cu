@@ -602,6 +602,14 @@ void cublas_gemm(const Blas& blas, int M, int N, int K, float alpha, const In* A
                              CUBLAS_GEMM_DEFAULT));
 }
 
+namespace {
+template <class Out>
+__global__ void convert_bias_kernel(const float* __restrict__ in, Out* __restrict__ out, int n) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = static_cast<Out>(in[i]);
+}
+}  // namespace
+
 template <class In, class Out>
 void cublaslt_gemm(const Blas& blas, int M, int N, int K, float alpha, const In* A, const In* B,
                    float beta, Out* C, const float* bias, Activation act, cudaStream_t stream) {
@@ -630,18 +638,32 @@ void cublaslt_gemm(const Blas& blas, int M, int N, int K, float alpha, const In*
       epi = CUBLASLT_EPILOGUE_BIAS;
     LESSON10_BLAS(
         cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
+    // cuBLASLt takes the bias in D's type when D is FP16 or BF16: an FP32 bias with an FP16 D
+    // made cublasLtMatmulAlgoGetHeuristic answer CUBLAS_STATUS_INVALID_VALUE on the H200
+    // (cuBLAS 13.0). So for a half D the bias is converted into the tail of the workspace first,
+    // one small kernel on the same stream (N elements; counted in the baseline's time).
+    std::size_t ws = blas.workspace_bytes();
+    const void* lt_bias = bias;
+    if (bias && !std::is_same<Out, float>::value) {
+      const std::size_t bytes = (static_cast<std::size_t>(N) * sizeof(Out) + 255) / 256 * 256;
+      if (bytes > ws / 2) throw std::invalid_argument("cublaslt_gemm: N too large for the bias copy");
+      ws -= bytes;
+      Out* converted = reinterpret_cast<Out*>(static_cast<char*>(blas.workspace()) + ws);
+      convert_bias_kernel<Out><<<(N + 255) / 256, 256, 0, stream>>>(bias, converted, N);
+      CUDA_CHECK_LAUNCH();
+      lt_bias = converted;
+    }
     if (bias) {
-      const cudaDataType_t bt = CUDA_R_32F;
+      const cudaDataType_t bt = cuda_type<Out>();
       LESSON10_BLAS(
           cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof(bt)));
-      LESSON10_BLAS(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
-                                                   sizeof(bias)));
+      LESSON10_BLAS(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &lt_bias,
+                                                   sizeof(lt_bias)));
     }
     LESSON10_BLAS(cublasLtMatrixLayoutCreate(&la, cuda_type<In>(), N, K, N));
     LESSON10_BLAS(cublasLtMatrixLayoutCreate(&lb, cuda_type<In>(), K, M, K));
     LESSON10_BLAS(cublasLtMatrixLayoutCreate(&lc, cuda_type<Out>(), N, M, N));
     LESSON10_BLAS(cublasLtMatmulPreferenceCreate(&pref));
-    const std::size_t ws = blas.workspace_bytes();
     LESSON10_BLAS(cublasLtMatmulPreferenceSetAttribute(
         pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
     cublasLtMatmulHeuristicResult_t result{};
