@@ -42,6 +42,14 @@ LESSONS = {
            [("versions_h200.png", r"^all_versions|tensor_cores", "TFLOP/s", False, "SGEMM 4096^3 (TFLOP/s)"),
             ("sweep_h200.png", r"^sweep", "TFLOP/s", False, "v8 and cuBLAS SGEMM by size (TFLOP/s)")]),
     "08": ("08-postprocess", [("Every benchmark", "", "latency_us,%budget,%cpu*,candidates,detections,kept")], []),
+    "09": ("09-pipeline",
+           [("Every configuration: BM_pipeline/workers/graphs/batch; 500 frames per iteration, "
+             "host wall clock (capture to boxes), median of 3 repetitions", "", "frames_per_s,p50_ms,p99_ms")], []),
+    "10": ("10-tensor-cores",
+           [("Every version at 4096^3, FP16 and BF16, and the fused bias + GELU epilogue",
+             r"^all_versions|^bf16|^epilogue", "TFLOP/s,%cublas*,%peak"),
+            ("v4, v5 and cuBLAS by size; fully connected layers (batch 1-32 x 4096 x 4096); 1x1 "
+             "convolutions as GEMM", r"^sweep|^fc|^conv1x1", "TFLOP/s,latency_us,%cublas*,%peak")], []),
 }
 
 
@@ -156,8 +164,19 @@ def derive_08(rows):
 
 
 # Per lesson: "% of baseline" counters recomputed from the medians before tables are drawn.
+def derive_10(rows):
+    # %cublas_fp16 / %cublas_bf16: against the cuBLAS row of the same group and size.
+    def base(n, kind):
+        p = _parts(n)
+        if p[0] in ("sweep", "fc", "conv1x1"):
+            return "%s/cublas_%s/%s" % (p[0], kind, p[2])
+        return "%s/cublas_%s" % (p[0], kind)
+    recompute(rows, "%cublas_fp16", lambda n: base(n, "fp16"))
+    recompute(rows, "%cublas_bf16", lambda n: base(n, "bf16"))
+
+
 DERIVED = {"02": derive_02, "03": derive_03, "04": derive_04, "05": derive_05, "06": derive_06,
-           "07": derive_07, "08": derive_08}
+           "07": derive_07, "08": derive_08, "10": derive_10}
 
 
 def lesson_block(lesson, context, rows, chart_prefix):
