@@ -30,6 +30,7 @@
 #include "common/testing.hpp"
 #include "tensor_gemm.cuh"
 
+using course::testing::Approx;
 using course::testing::Contains;
 using namespace lesson10;
 
