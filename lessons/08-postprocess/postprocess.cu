@@ -645,15 +645,27 @@ void GraphExec::reset() noexcept {
   exec_ = nullptr;
 }
 
-void GraphExec::end_capture_and_instantiate(cudaStream_t stream) {
-  cudaGraph_t graph = nullptr;
-  CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+bool GraphExec::install(cudaGraph_t graph, bool try_update) {
+  if (try_update && exec_ != nullptr) {
+    cudaGraphExecUpdateResultInfo info{};
+    const cudaError_t updated = cudaGraphExecUpdate(exec_, graph, &info);
+    if (updated == cudaSuccess) {
+      cudaGraphDestroy(graph);
+      return true;
+    }
+    if (updated != cudaErrorGraphExecUpdateFailure) {
+      cudaGraphDestroy(graph);
+      course::check_cuda(updated, "cudaGraphExecUpdate(exec, graph, &info)", __FILE__, __LINE__);
+    }
+    cudaGetLastError();  // a refused update is an answer (instantiate instead), not an error
+  }
   cudaGraphExec_t exec = nullptr;
   const cudaError_t instantiated = cudaGraphInstantiate(&exec, graph, 0);
   cudaGraphDestroy(graph);  // the executable graph is an independent copy
   course::check_cuda(instantiated, "cudaGraphInstantiate(&exec, graph, 0)", __FILE__, __LINE__);
   reset();
   exec_ = exec;
+  return false;
 }
 
 void GraphExec::launch(cudaStream_t stream) const {

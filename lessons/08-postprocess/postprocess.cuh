@@ -251,11 +251,23 @@ class GraphExec {
   // Captures what enqueue() puts on `stream` and instantiates it (replaces any previous graph).
   template <class F>
   void capture(cudaStream_t stream, F&& enqueue);
+  // Captures again (new addresses, new kernel arguments, e.g. for a new input size) and
+  // installs the result with cudaGraphExecUpdate into the executable graph already there: no
+  // new instantiation, which is what the update exists for (Programming Guide, "CUDA Graphs",
+  // "Updating Instantiated Graphs"). The update is refused when the topology changed (other
+  // nodes, other edges, a kernel node's function changed); then, or with nothing instantiated
+  // yet, it instantiates anew. Returns true when the executable graph was updated in place.
+  template <class F>
+  bool recapture(cudaStream_t stream, F&& enqueue);
   void launch(cudaStream_t stream) const;
 
  private:
   void reset() noexcept;
-  void end_capture_and_instantiate(cudaStream_t stream);
+  template <class F>
+  static cudaGraph_t record(cudaStream_t stream, F&& enqueue);
+  // Takes ownership of `graph`: updates exec_ from it (when try_update and there is one) or
+  // instantiates it. Returns true when updated in place.
+  bool install(cudaGraph_t graph, bool try_update);
   cudaGraphExec_t exec_ = nullptr;
 };
 
@@ -619,7 +631,7 @@ void topk_rows(const float* values, int rows, int cols, int k, float* top_values
 // --------------------------------------------------------------- template implementation
 
 template <class F>
-void GraphExec::capture(cudaStream_t stream, F&& enqueue) {
+cudaGraph_t GraphExec::record(cudaStream_t stream, F&& enqueue) {
   // ThreadLocal: only this thread's unsafe API calls (a cudaMalloc, a sync) break the capture;
   // anything the stream would not record raises an error instead of running eagerly.
   CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
@@ -631,7 +643,19 @@ void GraphExec::capture(cudaStream_t stream, F&& enqueue) {
     if (partial != nullptr) cudaGraphDestroy(partial);
     throw;
   }
-  end_capture_and_instantiate(stream);
+  cudaGraph_t graph = nullptr;
+  CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  return graph;
+}
+
+template <class F>
+void GraphExec::capture(cudaStream_t stream, F&& enqueue) {
+  install(record(stream, enqueue), false);
+}
+
+template <class F>
+bool GraphExec::recapture(cudaStream_t stream, F&& enqueue) {
+  return install(record(stream, enqueue), true);
 }
 
 }  // namespace lesson08

@@ -8,6 +8,7 @@
 //    latency p50/p90/p99/max, host CPU per frame, the bound and the % reached, every frame checked
 // 4. open loop: latency against offered load, up to and past capacity (drop-oldest)
 // 5. the best configuration's timeline: Chrome trace JSON (Perfetto) and an SVG (lesson 04's)
+// 6. a resolution change mid-stream: graphs captured again (cudaGraphExecUpdate), what it costs
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -36,12 +37,12 @@ struct Options {
 
 // Frames whose boxes do not match the synthetic video's truth (the run's own correctness check).
 int wrong_frames(const RunReport& r, const PipelineConfig& c) {
-  const SyntheticVideo video(c.frame_width, c.frame_height, c.num_classes);
+  const Camera camera(c);
   int wrong = 0;
   std::vector<int> seen(static_cast<std::size_t>(c.frames), 0);
   for (const FrameResult& f : r.results) {
     if (f.frame < 0 || f.frame >= c.frames || ++seen[f.frame] > 1 ||
-        !check_frame(video.truth(f.frame), f.detections).empty()) {
+        !check_frame(camera.video(f.frame).truth(f.frame), f.detections).empty()) {
       ++wrong;
     }
   }
@@ -100,11 +101,13 @@ int run(Options o) {
   std::printf("Lesson 09: the detector pipeline\n%s\n\n", course::summary(info).c_str());
   PipelineConfig base;
   base.frames = o.frames;
-  const std::size_t frame_bytes = static_cast<std::size_t>(base.frame_width) * base.frame_height * 3;
-  std::printf("Frames: %dx%d BGR (%.2f MB), %d classes, letterboxed to %dx%d; engine: ColorEngine "
-              "+ %.2f GFLOP/frame of SGEMM (--gflop).\n\n",
-              base.frame_width, base.frame_height, frame_bytes / 1e6, base.num_classes,
-              base.input_width, base.input_height, o.gflop);
+  const std::size_t frame_bytes =
+      static_cast<std::size_t>(base.frame_width) * base.frame_height * 3;
+  std::printf(
+      "Frames: %dx%d BGR (%.2f MB), %d classes, letterboxed to %dx%d; engine: ColorEngine "
+      "+ %.2f GFLOP/frame of SGEMM (--gflop).\n\n",
+      base.frame_width, base.frame_height, frame_bytes / 1e6, base.num_classes, base.input_width,
+      base.input_height, o.gflop);
 
   // 1. Warm-up, first. The first frame of a cold process pays for module loading (lazy by
   // default since CUDA 12.2, lesson 01), cuBLAS's kernel choice, lesson 06's table upload and,
@@ -119,11 +122,11 @@ int run(Options o) {
     const RunReport cold = run_pipeline(c, color_engine_spec(c, o.gflop));
     c.warmup = true;
     const RunReport warm = run_pipeline(c, color_engine_spec(c, o.gflop));
-    std::printf("1. First frame's latency (capture to boxes on the host), 1 worker + graphs:\n"
-                "   without warm-up %.2f ms (the first run of this process), with warm-up %.2f ms;"
-                "\n   steady state p50 %.2f ms.\n\n",
-                cold.first_latency_us() / 1e3, warm.first_latency_us() / 1e3,
-                warm.latency().p50 / 1e3);
+    std::printf(
+        "1. First frame's latency (capture to boxes on the host), 1 worker + graphs:\n"
+        "   without warm-up %.2f ms (the first run of this process), with warm-up %.2f ms;"
+        "\n   steady state p50 %.2f ms.\n\n",
+        cold.first_latency_us() / 1e3, warm.first_latency_us() / 1e3, warm.latency().p50 / 1e3);
   }
 
   // 2. Each stage alone.
@@ -137,14 +140,14 @@ int run(Options o) {
     return measure_gpu_us_per_frame(c, color_engine_spec(c, o.gflop), batch);
   };
   const double gpu_b1 = gpu_us(1, false), gpu_b1g = gpu_us(1, true);
-  std::printf("2. What each stage sustains alone (one frame = %.2f MB):\n"
-              "   upload (pinned H2D, %.1f GB/s measured)   %8.1f us/frame  %7.0f frames/s\n"
-              "   host (producer draws a frame)            %8.1f us/frame  %7.0f frames/s\n"
-              "   GPU busy, batch 1, stream launches       %8.1f us/frame  %7.0f frames/s\n"
-              "   GPU busy, batch 1, CUDA graph            %8.1f us/frame  %7.0f frames/s\n",
-              frame_bytes / 1e6, gbps, frame_bytes / (gbps * 1e3),
-              fps_from_bandwidth(gbps, frame_bytes), host_us, fps_from_us(host_us), gpu_b1,
-              fps_from_us(gpu_b1), gpu_b1g, fps_from_us(gpu_b1g));
+  std::printf(
+      "2. What each stage sustains alone (one frame = %.2f MB):\n"
+      "   upload (pinned H2D, %.1f GB/s measured)   %8.1f us/frame  %7.0f frames/s\n"
+      "   host (producer draws a frame)            %8.1f us/frame  %7.0f frames/s\n"
+      "   GPU busy, batch 1, stream launches       %8.1f us/frame  %7.0f frames/s\n"
+      "   GPU busy, batch 1, CUDA graph            %8.1f us/frame  %7.0f frames/s\n",
+      frame_bytes / 1e6, gbps, frame_bytes / (gbps * 1e3), fps_from_bandwidth(gbps, frame_bytes),
+      host_us, fps_from_us(host_us), gpu_b1, fps_from_us(gpu_b1), gpu_b1g, fps_from_us(gpu_b1g));
   std::vector<int> batches = {4, 16, 32};
   std::vector<double> gpu_batched;
   for (int b : batches) {
@@ -152,11 +155,13 @@ int run(Options o) {
     std::printf("   GPU busy, batch %2d, CUDA graph           %8.1f us/frame  %7.0f frames/s\n", b,
                 gpu_batched.back(), fps_from_us(gpu_batched.back()));
   }
-  std::printf("   The stages run on different engines (copy engine, SMs, CPU) and overlap: a\n"
-              "   pipelined configuration is bound by the slowest; a serial one by their sum.\n\n");
+  std::printf(
+      "   The stages run on different engines (copy engine, SMs, CPU) and overlap: a\n"
+      "   pipelined configuration is bound by the slowest; a serial one by their sum.\n\n");
 
   auto overlapped = [&](double gpu) {
-    return bound_of({fps_from_bandwidth(gbps, frame_bytes), fps_from_us(gpu), fps_from_us(host_us)});
+    return bound_of(
+        {fps_from_bandwidth(gbps, frame_bytes), fps_from_us(gpu), fps_from_us(host_us)});
   };
   // One stream, one frame in flight: the upload and the GPU work run one after the other, while
   // the producer thread draws the next frame beside them.
@@ -170,9 +175,10 @@ int run(Options o) {
   };
 
   // 3. The configurations.
-  std::printf("3. %lld frames per configuration, closed loop (the producer as fast as it can),\n"
-              "   latency = capture to boxes on the host; wrong = frames whose boxes miss the truth:\n",
-              static_cast<long long>(o.frames));
+  std::printf(
+      "3. %lld frames per configuration, closed loop (the producer as fast as it can),\n"
+      "   latency = capture to boxes on the host; wrong = frames whose boxes miss the truth:\n",
+      static_cast<long long>(o.frames));
   print_header();
   std::vector<Row> rows;
   auto add = [&](const std::string& name, const PipelineConfig& c, const Bound& bound,
@@ -214,9 +220,9 @@ int run(Options o) {
     c.batch = batches[i];
     c.max_wait_us = 2000;
     c.queue_depth = std::max(16, 2 * batches[i]);
-    const std::size_t k = add(std::to_string(o.workers) + " workers + graphs, B<=" +
-                                  std::to_string(batches[i]),
-                              c, overlapped(gpu_batched[i]));
+    const std::size_t k =
+        add(std::to_string(o.workers) + " workers + graphs, B<=" + std::to_string(batches[i]), c,
+            overlapped(gpu_batched[i]));
     (void)k;
   }
   for (std::size_t i = 0; i < rows.size(); ++i) {
@@ -224,24 +230,27 @@ int run(Options o) {
   }
   int total_wrong = 0;
   for (const Row& r : rows) total_wrong += r.wrong;
-  std::printf("   Best: %s, %.0f frames/s = %.1f%% of its bound (%s, %.0f frames/s; target >= 90%%).\n\n",
-              rows[best].name.c_str(), rows[best].report.fps(),
-              percent_of_bound(rows[best].report.fps(), rows[best].bound),
-              rows[best].bound.stage.c_str(), rows[best].bound.fps);
+  std::printf(
+      "   Best: %s, %.0f frames/s = %.1f%% of its bound (%s, %.0f frames/s; target >= 90%%).\n\n",
+      rows[best].name.c_str(), rows[best].report.fps(),
+      percent_of_bound(rows[best].report.fps(), rows[best].bound), rows[best].bound.stage.c_str(),
+      rows[best].bound.fps);
 
   // 4. Open loop against the best non-batched configuration's capacity.
+  double p50_80 = 0, p99_80 = 0;
   {
     PipelineConfig c = base;
     c.workers = o.workers;
     c.graphs = true;
     const double capacity = rows[unbatched].report.fps();
-    std::printf("4. Open loop (%d workers + graphs): frames arrive at a set rate; latency against "
-                "offered load\n   (%% of the best measured %.0f frames/s). Past capacity, "
-                "drop-oldest keeps latency bounded and counts what it drops.\n",
-                o.workers, capacity);
+    std::printf(
+        "4. Open loop (%d workers + graphs): frames arrive at a set rate; latency against "
+        "offered load\n   (%% of the best measured %.0f frames/s). Past capacity, "
+        "drop-oldest keeps latency bounded and counts what it drops.\n",
+        o.workers, capacity);
     std::printf("  %8s %10s %8s %8s %8s %8s %8s\n", "load", "offered/s", "served/s", "p50 ms",
                 "p99 ms", "p99/p50", "dropped");
-    double p50_80 = 0, p99_80 = 0;
+
     for (double load : {0.2, 0.5, 0.8, 0.95, 1.2}) {
       c.rate_fps = load * capacity;
       c.frames = std::max<std::int64_t>(200, static_cast<std::int64_t>(c.rate_fps * 0.5));
@@ -272,19 +281,59 @@ int run(Options o) {
     course::streams::write_text_file(
         o.svg, timeline_picture(r, c.workers,
                                 std::to_string(c.workers) + " workers + graphs, steady state"));
-    std::printf("5. Timeline (%zu stage events; %d workers + graphs): %s (open in ui.perfetto.dev)"
-                "\n   and %s. Under Nsight Systems (nsys profile -t cuda,nvtx) the NVTX ranges\n"
-                "   \"batch\", \"H2D\", \"letterbox + engine + postprocess\", \"wait for copy\","
-                " \"results\",\n   \"draw frame\" name each step.\n\n",
-                r.trace.size(), c.workers, o.trace.c_str(), o.svg.c_str());
+    std::printf(
+        "5. Timeline (%zu stage events; %d workers + graphs): %s (open in ui.perfetto.dev)"
+        "\n   and %s. Under Nsight Systems (nsys profile -t cuda,nvtx) the NVTX ranges\n"
+        "   \"batch\", \"H2D\", \"letterbox + engine + postprocess\", \"wait for copy\","
+        " \"results\",\n   \"draw frame\" name each step.\n\n",
+        r.trace.size(), c.workers, o.trace.c_str(), o.svg.c_str());
   }
 
+  // 6. The camera changes resolution mid-stream. Workers learn it from the frames: new
+  // postprocess letterboxes, and each graph replayed for the new sizes captured again and
+  // installed with cudaGraphExecUpdate (re-instantiated only if the update is refused).
+  {
+    PipelineConfig c = base;
+    c.workers = o.workers;
+    c.graphs = true;
+    c.resize_at = o.frames / 2;
+    c.resize_width = 1280;
+    c.resize_height = 720;
+    const RunReport r = run_pipeline(c, color_engine_spec(c, o.gflop));
+    const int wrong = wrong_frames(r, c);
+    total_wrong += wrong;
+    std::vector<double> before, after, first_after;
+    for (const FrameResult& f : r.results) {
+      (f.frame < c.resize_at ? before : after).push_back(f.latency_us);
+      if (f.frame >= c.resize_at && f.frame < c.resize_at + 2 * c.workers) {
+        first_after.push_back(f.latency_us);
+      }
+    }
+    const LatencySummary b = summarize(before), a = summarize(after), fa = summarize(first_after);
+    std::printf(
+        "6. Resolution change mid-stream (%d workers + graphs): %dx%d until frame %lld, "
+        "then %dx%d.\n   Graphs: %d captured at warm-up, %d captured again for the new "
+        "size and updated in place\n   (cudaGraphExecUpdate), %d re-instantiated. "
+        "Latency p50 %.2f ms before, %.2f ms after;\n   the first %d frames of the new "
+        "size (they pay for the re-capture) max %.2f ms. Wrong frames: %d.\n\n",
+        c.workers, c.frame_width, c.frame_height, static_cast<long long>(c.resize_at),
+        c.resize_width, c.resize_height, r.graph_captures, r.graph_updates,
+        r.graph_reinstantiations, b.p50 / 1e3, a.p50 / 1e3, 2 * c.workers, fa.max / 1e3, wrong);
+  }
+
+  std::printf(
+      "Headline: best %s %.0f frames/s, %.1f%% of its bound (%s); p99/p50 %.2f at 80%% "
+      "load\n",
+      rows[best].name.c_str(), rows[best].report.fps(),
+      percent_of_bound(rows[best].report.fps(), rows[best].bound), rows[best].bound.stage.c_str(),
+      p50_80 > 0 ? p99_80 / p50_80 : 0.0);
   if (total_wrong > 0) {
     std::printf("FAILED: %d frames had wrong boxes.\n", total_wrong);
     return 1;
   }
-  std::printf("Every frame of every run matched its true boxes (IoU >= 0.9, right class, nothing "
-              "extra).\n");
+  std::printf(
+      "Every frame of every run matched its true boxes (IoU >= 0.9, right class, nothing "
+      "extra).\n");
   return 0;
 }
 
@@ -307,8 +356,9 @@ int main(int argc, char** argv) {
                  "YOLOv8n at 640x640)")
       ->type_name("G")
       ->check(course::real_in(0.0, 1000.0));
-  app.add_option("--trace", o.trace, "Chrome trace JSON (default: lesson09_trace.json beside\n"
-                                     "the executable)")
+  app.add_option("--trace", o.trace,
+                 "Chrome trace JSON (default: lesson09_trace.json beside\n"
+                 "the executable)")
       ->type_name("PATH");
   app.add_option("--svg", o.svg, "timeline picture (default: lesson09_timeline.svg beside it)")
       ->type_name("PATH");

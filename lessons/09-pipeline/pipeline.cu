@@ -273,10 +273,10 @@ bool ColorEngine::enqueue(cudaStream_t stream) {
     float* a = act0_.data();
     float* c = act1_.data();
     for (int g = 0; g < gemms_; ++g) {  // act_{g+1} = W act_g, [1024 x 1024] x [1024 x 1024 b]
-      check_cublas(cublasSgemm(handle, CUBLAS_OP_N, CUBLAS_OP_N, kGemmSide, kGemmSide * batch_,
-                               kGemmSide, &one, weights_.data(), kGemmSide, a, kGemmSide, &zero,
-                               c, kGemmSide),
-                   "cublasSgemm");
+      check_cublas(
+          cublasSgemm(handle, CUBLAS_OP_N, CUBLAS_OP_N, kGemmSide, kGemmSide * batch_, kGemmSide,
+                      &one, weights_.data(), kGemmSide, a, kGemmSide, &zero, c, kGemmSide),
+          "cublasSgemm");
       std::swap(a, c);
     }
   }
@@ -350,9 +350,9 @@ struct Shared {
   std::vector<FrameResult> results;
   std::vector<TraceEvent> trace;
   Clock::time_point start{};
+  int graph_captures = 0, graph_updates = 0, graph_reinstantiations = 0;
 
-  void fail(const std::string& what, std::int64_t frame, const std::string& stage,
-            SlotRing& ring) {
+  void fail(const std::string& what, std::int64_t frame, const std::string& stage, SlotRing& ring) {
     {
       std::lock_guard<std::mutex> lock(mutex);
       if (!failed) {
@@ -367,26 +367,45 @@ struct Shared {
   }
 };
 
+// Serialises what must not meet another thread's graph capture: setup and warm-up (their
+// constructors use the legacy stream: cudaMemset + cudaDeviceSynchronize), a postprocessor made
+// mid-run for a new frame size, and the captures themselves.
+std::mutex& legacy_work_mutex() {
+  static std::mutex m;
+  return m;
+}
+
+// Which letterbox geometry a frame size is: 0 the run's first size, 1 the size after resize_at.
+int geometry_of(const PipelineConfig& c, const FrameSize& size) {
+  return size == FrameSize{c.frame_width, c.frame_height} ? 0 : 1;
+}
+
 // The device side of one batch: what one worker's buffer set holds.
 struct BufferSet {
-  course::DeviceBuffer<std::uint8_t> frames;  // [B][H][W][3] uint8 BGR, contiguous
+  course::DeviceBuffer<std::uint8_t> frames;  // [B] frames of max_frame_bytes, uint8 BGR rows
   course::DeviceBuffer<float> input;          // [B, 3, in_h, in_w]
   course::DeviceBuffer<float> output;         // [B, 4 + C, N]
-  std::vector<std::unique_ptr<lesson08::GpuPostprocessor>> post;  // one per image
+  std::size_t frame_stride = 0;               // bytes from one image of `frames` to the next
+  // [geometry][i]: image i's postprocessor, whose letterbox maps boxes back to the source size
+  // (geometry_of); geometry 1's are made when the first frame of the new size arrives.
+  std::vector<std::unique_ptr<lesson08::GpuPostprocessor>> post[2];
   std::unique_ptr<course::Event> start, copied, letterboxed, engined, done;
-  std::vector<lesson08::GraphExec> graphs;    // [b]: the graph for a batch of b
-  std::vector<SlotRing::Taken> taken;         // the batch in flight
+  std::vector<lesson08::GraphExec> graphs;          // [b]: the graph for a batch of b
+  std::vector<std::vector<FrameSize>> graph_sizes;  // [b]: the frame sizes graphs[b] replays
+  std::vector<SlotRing::Taken> taken;               // the batch in flight
+  std::vector<FrameSize> sizes;                     // their frame sizes
   bool busy = false;
 };
 
-// The per-frame device sequence of a batch of b frames already in set.frames.
-void enqueue_device_work(BufferSet& set, Engine& engine, const PipelineConfig& c, int b,
-                         std::size_t out_elems, cudaStream_t stream, bool mark) {
+// The per-frame device sequence of a batch of sizes.size() frames already in set.frames.
+void enqueue_device_work(BufferSet& set, Engine& engine, const PipelineConfig& c,
+                         const std::vector<FrameSize>& sizes, std::size_t out_elems,
+                         cudaStream_t stream, bool mark) {
+  const int b = static_cast<int>(sizes.size());
   std::vector<lesson06::ImageView> views;
-  const std::size_t frame_bytes = static_cast<std::size_t>(c.frame_width) * c.frame_height * 3;
   for (int i = 0; i < b; ++i) {
-    views.push_back({set.frames.data() + i * frame_bytes, c.frame_width, c.frame_height, 3,
-                     static_cast<std::size_t>(c.frame_width) * 3});
+    views.push_back({set.frames.data() + i * set.frame_stride, sizes[i].width, sizes[i].height, 3,
+                     static_cast<std::size_t>(sizes[i].width) * 3});
   }
   lesson06::letterbox_v4_batched(views, set.input.data(), c.input_width, c.input_height, {},
                                  stream);
@@ -399,7 +418,8 @@ void enqueue_device_work(BufferSet& set, Engine& engine, const PipelineConfig& c
   }
   if (mark) set.engined->record(stream);
   for (int i = 0; i < b; ++i) {
-    set.post[i]->enqueue(set.output.data() + i * out_elems, out_elems, stream);
+    set.post[geometry_of(c, sizes[i])][i]->enqueue(set.output.data() + i * out_elems, out_elems,
+                                                   stream);
   }
 }
 
@@ -415,8 +435,7 @@ class Worker {
         // One worker at a time sets up and warms up: constructors that use the legacy stream
         // (cudaMemset + cudaDeviceSynchronize) never meet another worker's graph capture, and
         // the warm-up's timings are not disturbed. Serving starts for all at the barrier.
-        static std::mutex setup_mutex;
-        std::lock_guard<std::mutex> one_at_a_time(setup_mutex);
+        std::lock_guard<std::mutex> one_at_a_time(legacy_work_mutex());
         stage_ = "setup";
         setup();
         if (c_.warmup) warm_up();
@@ -458,9 +477,9 @@ class Worker {
                    ? "frames " + std::to_string(frame_lo_) + ".." + std::to_string(frame_hi_)
                    : "frame " + std::to_string(frame_lo_);
     }
-    shared_.fail("worker " + std::to_string(index_) + ", " + frames + ", stage " + stage + ": " +
-                     what,
-                 frame_lo_, stage, ring_);
+    shared_.fail(
+        "worker " + std::to_string(index_) + ", " + frames + ", stage " + stage + ": " + what,
+        frame_lo_, stage, ring_);
   }
 
   void setup() {
@@ -478,26 +497,25 @@ class Worker {
     }
     const lesson08::OutputSpec out = engine_->output_spec();
     out_elems_ = out.elements();
-    const Letterbox lb =
-        course::make_letterbox(c_.frame_width, c_.frame_height, c_.input_width, c_.input_height);
+    out_ = out;
     stage_ = "allocation";
     const unsigned flags = c_.trace ? cudaEventDefault : cudaEventDisableTiming;
-    const std::size_t fb = static_cast<std::size_t>(c_.frame_width) * c_.frame_height * 3;
+    const std::size_t fb = max_frame_bytes(c_);
     const std::size_t in_elems = static_cast<std::size_t>(3) * c_.input_height * c_.input_width;
     sets_.resize(static_cast<std::size_t>(c_.inflight));
     for (BufferSet& set : sets_) {
       set.frames = course::DeviceBuffer<std::uint8_t>(fb * c_.batch);
+      set.frame_stride = fb;
       set.input = course::DeviceBuffer<float>(in_elems * c_.batch);
       set.output = course::DeviceBuffer<float>(out_elems_ * c_.batch);
-      for (int i = 0; i < c_.batch; ++i) {
-        set.post.push_back(std::make_unique<lesson08::GpuPostprocessor>(out, lb, c_.post));
-      }
+      make_postprocessors(set, 0);
       set.start = std::make_unique<course::Event>(flags);
       set.copied = std::make_unique<course::Event>(flags);
       set.letterboxed = std::make_unique<course::Event>(flags);
       set.engined = std::make_unique<course::Event>(flags);
       set.done = std::make_unique<course::Event>(flags);
       set.graphs.resize(static_cast<std::size_t>(c_.batch) + 1);
+      set.graph_sizes.resize(static_cast<std::size_t>(c_.batch) + 1);
     }
     if (c_.trace) {  // the GPU's clock against the host's, once
       epoch_ = std::make_unique<course::Event>(cudaEventDefault);
@@ -510,26 +528,66 @@ class Worker {
   // Lesson 01: the first launch of each kernel loads its module, cuBLAS picks its kernels, the
   // table cache uploads lesson 06's warp tables. Pay for all of it before the first real frame:
   // every batch size through every set, and each set's graphs captured.
+  // Every batch size at the run's first frame size: a worker cannot know a later size.
   void warm_up() {
     stage_ = "warm-up";
     NvtxRange range("warm-up");
+    const FrameSize first{c_.frame_width, c_.frame_height};
     for (BufferSet& set : sets_) {
       CUDA_CHECK(cudaMemsetAsync(set.frames.data(), 0, set.frames.bytes(), *compute_));
       for (int b = 1; b <= c_.batch; ++b) {
         if (!c_.graphs && b != 1 && b != c_.batch) continue;
-        enqueue_device_work(set, *engine_, c_, b, out_elems_, *compute_, false);
+        const std::vector<FrameSize> sizes(static_cast<std::size_t>(b), first);
+        enqueue_device_work(set, *engine_, c_, sizes, out_elems_, *compute_, false);
         compute_->synchronize();
-        if (c_.graphs) capture(set, b);
+        if (c_.graphs) capture(set, sizes, false);
       }
     }
     compute_->synchronize();
   }
 
-  void capture(BufferSet& set, int b) {
+  // Image i's postprocessors for geometry g, images [0, c_.batch), made once.
+  void make_postprocessors(BufferSet& set, int g) {
+    if (!set.post[g].empty()) return;
+    const FrameSize size = g == 0 ? FrameSize{c_.frame_width, c_.frame_height}
+                                  : FrameSize{c_.resize_width, c_.resize_height};
+    const Letterbox lb =
+        course::make_letterbox(size.width, size.height, c_.input_width, c_.input_height);
+    for (int i = 0; i < c_.batch; ++i) {
+      set.post[g].push_back(std::make_unique<lesson08::GpuPostprocessor>(out_, lb, c_.post));
+    }
+  }
+
+  // The graph of a batch of sizes.size() frames of these sizes. If one was captured for other
+  // sizes: capture again and update it in place (cudaGraphExecUpdate), or re-instantiate if
+  // the update is refused. `serving`: called while other workers run, so hold
+  // legacy_work_mutex (the warm-up already holds it) and run the sequence once eagerly first:
+  // the first enqueue for a new geometry allocates (lesson 06's warp-table cache), and no
+  // allocation is permitted while a stream captures (cudaErrorStreamCaptureUnsupported, seen on
+  // the H200). The warm-up has just run it.
+  void capture(BufferSet& set, const std::vector<FrameSize>& sizes, bool serving) {
     NvtxRange range("graph capture");
-    set.graphs[b].capture(*compute_, [&] {
-      enqueue_device_work(set, *engine_, c_, b, out_elems_, *compute_, false);
-    });
+    const int b = static_cast<int>(sizes.size());
+    const bool recapture = static_cast<bool>(set.graphs[b]);
+    std::unique_lock<std::mutex> lock(legacy_work_mutex(), std::defer_lock);
+    if (serving) {
+      lock.lock();
+      enqueue_device_work(set, *engine_, c_, sizes, out_elems_, *compute_, false);
+    }
+    const auto work = [&] {
+      enqueue_device_work(set, *engine_, c_, sizes, out_elems_, *compute_, false);
+    };
+    bool updated = false;
+    if (recapture) {
+      updated = set.graphs[b].recapture(*compute_, work);
+    } else {
+      set.graphs[b].capture(*compute_, work);
+    }
+    set.graph_sizes[b] = sizes;
+    std::lock_guard<std::mutex> count(shared_.mutex);
+    ++(!recapture ? shared_.graph_captures
+       : updated  ? shared_.graph_updates
+                  : shared_.graph_reinstantiations);
   }
 
   void serve() {
@@ -585,16 +643,26 @@ class Worker {
     }
     set.taken = std::move(taken);
     set.busy = true;  // from here on the slots are ours until released
+    // Each frame's size, from the frame (a camera may change resolution mid-stream).
+    set.sizes.clear();
+    for (const SlotRing::Taken& t : set.taken) {
+      set.sizes.push_back(frame_size(c_, t.frame));
+      if (geometry_of(c_, set.sizes.back()) == 1 && set.post[1].empty()) {
+        stage_ = "new frame size: postprocessors";
+        std::lock_guard<std::mutex> lock(legacy_work_mutex());
+        make_postprocessors(set, 1);
+      }
+    }
     engine_->set_batch_frames(ids.data(), b);
     cudaStream_t copy = copy_ ? copy_->get() : compute_->get();
-    const std::size_t fb = static_cast<std::size_t>(c_.frame_width) * c_.frame_height * 3;
     {
       stage_ = "H2D";
       NvtxRange r("H2D");
       if (c_.trace) set.start->record(copy);
       for (int i = 0; i < b; ++i) {
-        CUDA_CHECK(cudaMemcpyAsync(set.frames.data() + i * fb, slots_[set.taken[i].slot].data(),
-                                   fb, cudaMemcpyHostToDevice, copy));
+        CUDA_CHECK(cudaMemcpyAsync(set.frames.data() + i * set.frame_stride,
+                                   slots_[set.taken[i].slot].data(), set.sizes[i].bytes(),
+                                   cudaMemcpyHostToDevice, copy));
       }
       set.copied->record(copy);
       if (copy_) CUDA_CHECK(cudaStreamWaitEvent(*compute_, *set.copied, 0));
@@ -603,18 +671,18 @@ class Worker {
       stage_ = c_.graphs ? "graph launch" : "letterbox + engine + postprocess";
       NvtxRange r("letterbox + engine + postprocess");
       if (c_.graphs) {
-        if (!set.graphs[b]) {
-          // No warm-up: captured on first use. The first enqueue of the sequence allocates
-          // (lesson 06's warp-table cache, first-use buffers), and no allocation is permitted
-          // while a stream captures (cudaErrorStreamCaptureUnsupported, seen on the H200): run
-          // it once eagerly (same input, same output), then capture it. That first frame pays
-          // for both, which is the cost the warm-up exists to move out of the way.
-          enqueue_device_work(set, *engine_, c_, b, out_elems_, *compute_, false);
-          capture(set, b);
+        if (!set.graphs[b] || set.graph_sizes[b] != set.sizes) {
+          // Captured on first use (no warm-up), or re-captured for new frame sizes: the graph
+          // bakes in the letterbox's geometry and the postprocessors' addresses. That batch
+          // pays for an eager run and the capture (and, without an in-place update, an
+          // instantiation), which is what the warm-up moves out of the way for the first size.
+          stage_ = set.graphs[b] ? "graph re-capture (new frame size)" : "graph capture";
+          capture(set, set.sizes, true);
+          stage_ = "graph launch";
         }
         set.graphs[b].launch(*compute_);
       } else {
-        enqueue_device_work(set, *engine_, c_, b, out_elems_, *compute_, c_.trace);
+        enqueue_device_work(set, *engine_, c_, set.sizes, out_elems_, *compute_, c_.trace);
       }
       set.done->record(*compute_);
     }
@@ -645,16 +713,14 @@ class Worker {
       r.frame = set.taken[i].frame;
       r.worker = index_;
       r.batch = b;
-      r.detections = set.post[i]->result().detections;
+      r.detections = set.post[geometry_of(c_, set.sizes[i])][i]->result().detections;
       r.latency_us = us_between(set.taken[i].captured, now);
       results.push_back(std::move(r));
     }
     std::vector<TraceEvent> trace;
     if (c_.trace) {
       const double base = us_between(shared_.start, epoch_host_);
-      auto at = [&](const course::Event& e) {
-        return base + 1e3 * course::elapsed_ms(*epoch_, e);
-      };
+      auto at = [&](const course::Event& e) { return base + 1e3 * course::elapsed_ms(*epoch_, e); };
       const std::int64_t first = set.taken.front().frame;
       auto add = [&](const char* name, double t0, double t1) {
         trace.push_back({name, index_, t0, std::max(0.0, t1 - t0), first, b});
@@ -691,6 +757,7 @@ class Worker {
   std::unique_ptr<course::Event> epoch_;
   Clock::time_point epoch_host_{};
   std::size_t out_elems_ = 0;
+  lesson08::OutputSpec out_{};
   std::string stage_ = "start";
   std::int64_t frame_lo_ = -1, frame_hi_ = -1;
 };
@@ -710,7 +777,7 @@ RunReport run_pipeline(const PipelineConfig& config, const EngineSpec& engine) {
   validate_engine_shape(config, engine.shape);
   if (!engine.make) throw std::invalid_argument("run_pipeline: the EngineSpec has no factory");
 
-  const SyntheticVideo video(config.frame_width, config.frame_height, config.num_classes);
+  const Camera camera(config);
   SlotRing ring(config.queue_depth, config.backpressure);
   // The pinned slots: allocated on the first device, before any thread (pinned memory is
   // usable from every device of a process with unified addressing).
@@ -719,7 +786,7 @@ RunReport run_pipeline(const PipelineConfig& config, const EngineSpec& engine) {
   // Portable: pinned for every device's context, not only the current one (workers may run on
   // other GPUs).
   for (int i = 0; i < config.queue_depth; ++i) {
-    slots.emplace_back(video.frame_bytes(), cudaHostAllocPortable);
+    slots.emplace_back(max_frame_bytes(config), cudaHostAllocPortable);
   }
 
   Shared shared;
@@ -768,6 +835,7 @@ RunReport run_pipeline(const PipelineConfig& config, const EngineSpec& engine) {
           const Clock::time_point captured = config.rate_fps > 0 ? due : Clock::now();
           {
             NvtxRange r("draw frame");
+            const SyntheticVideo& video = camera.video(k);
             video.render(k, slots[*slot].data(), static_cast<std::size_t>(video.width()) * 3);
           }
           ring.publish(*slot, k, captured);
@@ -791,6 +859,9 @@ RunReport run_pipeline(const PipelineConfig& config, const EngineSpec& engine) {
   report.trace = std::move(shared.trace);
   report.dropped = ring.dropped();
   report.produced = produced;
+  report.graph_captures = shared.graph_captures;
+  report.graph_updates = shared.graph_updates;
+  report.graph_reinstantiations = shared.graph_reinstantiations;
   // Wall time: the start barrier (warm-up done) to the last thread's exit (the last result).
   report.wall_s = 1e-6 * us_between(shared.start, Clock::now());
   return report;
@@ -802,6 +873,7 @@ RunReport run_serial_tutorial(const PipelineConfig& config, const EngineSpec& sp
   PipelineConfig c = config;
   c.batch = 1;
   c.workers = 1;
+  c.resize_at = -1;  // one frame size: the tutorial loop is the baseline, not the resize study
   validate(c);
   validate_engine_shape(c, spec.shape);
   bind_worker_device(c.devices.front());
@@ -870,8 +942,8 @@ double measure_pinned_h2d_gbps(std::size_t bytes, int reps) {
   std::vector<double> gbps;
   for (int r = 0; r < reps + 1; ++r) {  // the first is a warm-up
     const float ms = course::time_on_stream_ms(stream, [&] {
-      CUDA_CHECK(cudaMemcpyAsync(device.data(), host.data(), bytes, cudaMemcpyHostToDevice,
-                                 stream));
+      CUDA_CHECK(
+          cudaMemcpyAsync(device.data(), host.data(), bytes, cudaMemcpyHostToDevice, stream));
     });
     if (r > 0) gbps.push_back(static_cast<double>(bytes) / (ms * 1e-3) * 1e-9);
   }
@@ -883,6 +955,7 @@ double measure_gpu_us_per_frame(const PipelineConfig& config, const EngineSpec& 
   PipelineConfig c = config;
   c.batch = batch;
   c.queue_depth = std::max(c.queue_depth, batch);
+  c.resize_at = -1;  // the first frame size
   validate(c);
   validate_engine_shape(c, spec.shape);
   if (reps < 1) throw std::invalid_argument("measure_gpu_us_per_frame: reps must be >= 1");
@@ -895,11 +968,12 @@ double measure_gpu_us_per_frame(const PipelineConfig& config, const EngineSpec& 
   const SyntheticVideo video(c.frame_width, c.frame_height, c.num_classes);
   BufferSet set;
   set.frames = course::DeviceBuffer<std::uint8_t>(video.frame_bytes() * batch);
+  set.frame_stride = video.frame_bytes();
   set.input = course::DeviceBuffer<float>(static_cast<std::size_t>(3) * c.input_height *
                                           c.input_width * batch);
   set.output = course::DeviceBuffer<float>(out.elements() * batch);
   for (int i = 0; i < batch; ++i) {
-    set.post.push_back(std::make_unique<lesson08::GpuPostprocessor>(out, lb, c.post));
+    set.post[0].push_back(std::make_unique<lesson08::GpuPostprocessor>(out, lb, c.post));
   }
   set.graphs.resize(static_cast<std::size_t>(batch) + 1);
   {  // real frames, so that the engine and NMS do their real work
@@ -911,12 +985,13 @@ double measure_gpu_us_per_frame(const PipelineConfig& config, const EngineSpec& 
     }
   }
   const std::size_t out_elems = out.elements();
-  enqueue_device_work(set, *engine, c, batch, out_elems, stream, false);  // warm-up
+  const std::vector<FrameSize> sizes(static_cast<std::size_t>(batch),
+                                     FrameSize{c.frame_width, c.frame_height});
+  enqueue_device_work(set, *engine, c, sizes, out_elems, stream, false);  // warm-up
   stream.synchronize();
   if (c.graphs) {
-    set.graphs[batch].capture(stream, [&] {
-      enqueue_device_work(set, *engine, c, batch, out_elems, stream, false);
-    });
+    set.graphs[batch].capture(
+        stream, [&] { enqueue_device_work(set, *engine, c, sizes, out_elems, stream, false); });
   }
   // Back to back: the stream never idles between batches, so the interval is GPU busy time
   // (plus the gaps the host's launches cannot hide, which the pipeline pays too).
@@ -925,7 +1000,7 @@ double measure_gpu_us_per_frame(const PipelineConfig& config, const EngineSpec& 
       if (c.graphs) {
         set.graphs[batch].launch(stream);
       } else {
-        enqueue_device_work(set, *engine, c, batch, out_elems, stream, false);
+        enqueue_device_work(set, *engine, c, sizes, out_elems, stream, false);
       }
     }
   });

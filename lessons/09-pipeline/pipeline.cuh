@@ -43,7 +43,7 @@ namespace lesson09 {
 class Engine {
  public:
   virtual ~Engine() = default;
-  virtual TensorShape input_shape() const = 0;          // the largest batch it was built for
+  virtual TensorShape input_shape() const = 0;           // the largest batch it was built for
   virtual lesson08::OutputSpec output_spec() const = 0;  // one image's output: [4 + C, N]
   virtual void set_batch(int batch) = 0;                 // 1 <= batch <= input_shape().batch
   virtual void set_input(const float* device_input) = 0;
@@ -81,9 +81,9 @@ constexpr double kDefaultGflopPerFrame = 8.7;
 constexpr int kGemmSide = 1024;
 
 struct ColorEngineOptions {
-  TensorShape input{};           // max batch, 3, H, W
-  int num_classes = 4;           // 1..kMaxClasses
-  int num_candidates = kCandidates;  // >= num_classes * kAnchorsPerClass
+  TensorShape input{};                             // max batch, 3, H, W
+  int num_classes = 4;                             // 1..kMaxClasses
+  int num_candidates = kCandidates;                // >= num_classes * kAnchorsPerClass
   double gflop_per_frame = kDefaultGflopPerFrame;  // >= 0
 };
 
@@ -147,21 +147,25 @@ EngineSpec failing_engine_spec(const PipelineConfig& config, std::int64_t fail_f
 struct FrameResult {
   std::int64_t frame = -1;
   int worker = -1;
-  int batch = 0;                                  // frames in the engine call that served it
-  std::vector<lesson08::Detection> detections;    // source pixels, NMS order
-  double latency_us = 0;                          // capture (producer) -> result on the host
+  int batch = 0;                                // frames in the engine call that served it
+  std::vector<lesson08::Detection> detections;  // source pixels, NMS order
+  double latency_us = 0;                        // capture (producer) -> result on the host
 };
 
 struct RunReport {
-  std::vector<FrameResult> results;  // completion order, each tagged with its frame id
-  std::vector<std::int64_t> dropped; // frames the drop-oldest policy dropped
-  std::int64_t produced = 0;         // frames the producer published
-  double wall_s = 0;                 // first capture to last result
-  double cpu_s = 0;                  // process CPU time (all threads) over the same span
-  std::vector<TraceEvent> trace;     // when config.trace
+  std::vector<FrameResult> results;   // completion order, each tagged with its frame id
+  std::vector<std::int64_t> dropped;  // frames the drop-oldest policy dropped
+  std::int64_t produced = 0;          // frames the producer published
+  double wall_s = 0;                  // first capture to last result
+  double cpu_s = 0;                   // process CPU time (all threads) over the same span
+  std::vector<TraceEvent> trace;      // when config.trace
+  // With config.graphs: graphs captured the first time (warm-up or first use), and graphs
+  // captured again for new frame sizes (config.resize_at), installed in place by
+  // cudaGraphExecUpdate or re-instantiated because the update was refused.
+  int graph_captures = 0, graph_updates = 0, graph_reinstantiations = 0;
   double fps() const { return wall_s > 0 ? static_cast<double>(results.size()) / wall_s : 0.0; }
-  LatencySummary latency() const;    // of latency_us
-  double first_latency_us() const;   // latency of the lowest frame id served
+  LatencySummary latency() const;   // of latency_us
+  double first_latency_us() const;  // latency of the lowest frame id served
 };
 
 // A failure inside the pipeline: which frame (the first of its batch; -1 if none), which stage.
@@ -184,8 +188,8 @@ class PipelineError : public std::runtime_error {
 RunReport run_pipeline(const PipelineConfig& config, const EngineSpec& engine);
 
 // The loop most tutorials write, on the calling thread: pageable memory, synchronous
-// cudaMemcpy, one stream, one frame at a time (config.frames frames; batch, workers, graphs
-// ignored). The baseline of the table.
+// cudaMemcpy, one stream, one frame at a time (config.frames frames; batch, workers, graphs and
+// resize_at ignored). The baseline of the table.
 RunReport run_serial_tutorial(const PipelineConfig& config, const EngineSpec& engine);
 
 // ------------------------------------------------------------------------------ measurements
@@ -194,7 +198,8 @@ RunReport run_serial_tutorial(const PipelineConfig& config, const EngineSpec& en
 // events, on the current device.
 double measure_pinned_h2d_gbps(std::size_t bytes, int reps = 10);
 // The GPU busy time per frame of the device-side sequence (letterbox, engine, postprocess) for a
-// batch of `batch`, back to back on one stream (graphs per config.graphs), microseconds.
+// batch of `batch` frames of the first frame size, back to back on one stream (graphs per
+// config.graphs), microseconds.
 double measure_gpu_us_per_frame(const PipelineConfig& config, const EngineSpec& engine, int batch,
                                 int reps = 20);
 // The producer's CPU time per frame (SyntheticVideo::render into pinned memory), microseconds.

@@ -26,8 +26,7 @@ Bgr class_colour(int class_id) {
   };
   if (class_id < 0 || class_id >= kMaxClasses) {
     throw std::invalid_argument("class_colour: class must be in [0, " +
-                                std::to_string(kMaxClasses) + "), got " +
-                                std::to_string(class_id));
+                                std::to_string(kMaxClasses) + "), got " + std::to_string(class_id));
   }
   return palette[class_id];
 }
@@ -65,10 +64,10 @@ std::vector<TruthBox> SyntheticVideo::truth(std::int64_t frame) const {
   for (int c = 0; c < num_classes_; ++c) {
     if ((frame + 3 * c) % 11 == 5) continue;  // absent from this frame
     const std::int64_t k = frame;
-    const int w = std::max<int>(24, width_ * (10 + 2 * c) / 100 +
-                                        static_cast<int>((k * 3 + 17 * c) % (width_ / 20 + 1)));
-    const int h = std::max<int>(24, lane * 55 / 100 +
-                                        static_cast<int>((k * 2 + 11 * c) % (lane / 10 + 1)));
+    const int w = std::max<int>(
+        24, width_ * (10 + 2 * c) / 100 + static_cast<int>((k * 3 + 17 * c) % (width_ / 20 + 1)));
+    const int h =
+        std::max<int>(24, lane * 55 / 100 + static_cast<int>((k * 2 + 11 * c) % (lane / 10 + 1)));
     const int travel = std::max(1, width_ - w);
     // Fast enough (W / 80 + 7c px per frame, 24+ at 1080p) that a box two frames apart has IoU
     // well below 0.9 with this one: a frame copied from the wrong slot cannot pass the checks.
@@ -208,9 +207,9 @@ std::vector<SlotRing::Taken> SlotRing::take(int max_batch, double max_wait_us,
     const Clock::time_point now = Clock::now();
     const int oldest = oldest_filled_locked();
     const double waited_us =
-        oldest < 0 ? 0.0
-                   : std::chrono::duration<double, std::micro>(now - slots_[oldest].captured)
-                         .count();
+        oldest < 0
+            ? 0.0
+            : std::chrono::duration<double, std::micro>(now - slots_[oldest].captured).count();
     const int n = batch_to_take(queued, waited_us, max_batch, max_wait_us, closed_);
     if (n > 0) {
       std::vector<Taken> taken;
@@ -224,9 +223,9 @@ std::vector<SlotRing::Taken> SlotRing::take(int max_batch, double max_wait_us,
     if (now >= deadline) return {};
     Clock::time_point wake = deadline;
     if (oldest >= 0) {
-      const auto due = slots_[oldest].captured +
-                       std::chrono::duration_cast<Clock::duration>(
-                           std::chrono::duration<double, std::micro>(max_wait_us));
+      const auto due =
+          slots_[oldest].captured + std::chrono::duration_cast<Clock::duration>(
+                                        std::chrono::duration<double, std::micro>(max_wait_us));
       wake = std::min(wake, std::max(due, now));
     }
     changed_.wait_until(lock, wake);
@@ -290,15 +289,15 @@ void validate(const PipelineConfig& c) {
   for (int d : c.devices) {
     require(d >= 0, "device ordinals must be >= 0, got " + std::to_string(d));
   }
-  require(c.batch >= 1 && c.batch <= 32,
-          "batch must be in [1, 32] (lesson 06's batched letterbox), got " +
-              std::to_string(c.batch));
+  require(
+      c.batch >= 1 && c.batch <= 32,
+      "batch must be in [1, 32] (lesson 06's batched letterbox), got " + std::to_string(c.batch));
   require(std::isfinite(c.max_wait_us) && c.max_wait_us >= 0,
           "max_wait_us must be finite and >= 0, got " + std::to_string(c.max_wait_us));
   require(c.queue_depth >= 1, "queue_depth must be >= 1, got " + std::to_string(c.queue_depth));
-  require(c.queue_depth >= c.batch,
-          "queue_depth (" + std::to_string(c.queue_depth) + ") must be >= batch (" +
-              std::to_string(c.batch) + "), or a batch could never fill");
+  require(c.queue_depth >= c.batch, "queue_depth (" + std::to_string(c.queue_depth) +
+                                        ") must be >= batch (" + std::to_string(c.batch) +
+                                        "), or a batch could never fill");
   require(c.inflight == 1 || c.inflight == 2,
           "inflight must be 1 or 2, got " + std::to_string(c.inflight));
   const int max_dim = course::kMaxImageDimension;
@@ -306,6 +305,15 @@ void validate(const PipelineConfig& c) {
               c.frame_height <= max_dim,
           "frame size must be in [1, " + std::to_string(max_dim) + "] per side, got " +
               size_text(c.frame_width, c.frame_height));
+  require(c.resize_at >= -1,
+          "resize_at must be >= 0 (the first frame of the new size) or -1 (never), got " +
+              std::to_string(c.resize_at));
+  if (c.resize_at >= 0) {
+    require(c.resize_width >= 1 && c.resize_height >= 1 && c.resize_width <= max_dim &&
+                c.resize_height <= max_dim,
+            "resize size must be in [1, " + std::to_string(max_dim) + "] per side, got " +
+                size_text(c.resize_width, c.resize_height));
+  }
   require(c.input_width >= 1 && c.input_height >= 1 && c.input_width <= max_dim &&
               c.input_height <= max_dim,
           "input size must be in [1, " + std::to_string(max_dim) + "] per side, got " +
@@ -318,10 +326,27 @@ void validate(const PipelineConfig& c) {
           "rate_fps must be finite and >= 0 (0: closed loop), got " + std::to_string(c.rate_fps));
   try {
     SyntheticVideo(c.frame_width, c.frame_height, c.num_classes);
+    if (c.resize_at >= 0) SyntheticVideo(c.resize_width, c.resize_height, c.num_classes);
     lesson08::validate(c.post);
   } catch (const std::invalid_argument& e) {
     throw std::invalid_argument(std::string("PipelineConfig: ") + e.what());
   }
+}
+
+FrameSize frame_size(const PipelineConfig& c, std::int64_t frame) {
+  if (c.resize_at >= 0 && frame >= c.resize_at) return {c.resize_width, c.resize_height};
+  return {c.frame_width, c.frame_height};
+}
+
+std::size_t max_frame_bytes(const PipelineConfig& c) {
+  const std::size_t before = FrameSize{c.frame_width, c.frame_height}.bytes();
+  return c.resize_at >= 0 ? std::max(before, FrameSize{c.resize_width, c.resize_height}.bytes())
+                          : before;
+}
+
+Camera::Camera(const PipelineConfig& c)
+    : before_(c.frame_width, c.frame_height, c.num_classes), resize_at_(c.resize_at) {
+  if (c.resize_at >= 0) after_.emplace(c.resize_width, c.resize_height, c.num_classes);
 }
 
 void validate_engine_shape(const PipelineConfig& config, const TensorShape& e) {
@@ -432,10 +457,10 @@ std::string chrome_trace_json(const std::vector<TraceEvent>& events) {
   std::sort(lanes.begin(), lanes.end());
   bool first = true;
   for (int lane : lanes) {  // metadata: a readable name per lane
-    o << (first ? "" : ",") << "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":1,\"tid\":"
-      << lane + 1 << ",\"args\":{\"name\":"
-      << json_string(lane < 0 ? std::string("producer") : "worker " + std::to_string(lane))
-      << "}}";
+    o << (first ? "" : ",")
+      << "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":1,\"tid\":" << lane + 1
+      << ",\"args\":{\"name\":"
+      << json_string(lane < 0 ? std::string("producer") : "worker " + std::to_string(lane)) << "}}";
     first = false;
   }
   for (const TraceEvent& e : events) {

@@ -46,7 +46,7 @@ constexpr int kMaxClasses = 6;
 struct Bgr {
   std::uint8_t b, g, r;
 };
-Bgr class_colour(int class_id);  // throws std::invalid_argument outside [0, kMaxClasses)
+Bgr class_colour(int class_id);       // throws std::invalid_argument outside [0, kMaxClasses)
 constexpr int kColourTolerance = 48;  // grey levels, per channel
 
 // One object of a frame: its class and its box in source pixels (continuous coordinates:
@@ -192,22 +192,28 @@ struct TensorShape {
 };
 
 struct PipelineConfig {
-  int workers = 2;                // worker threads, each with its own streams, buffers, engine
-  std::vector<int> devices{0};    // worker i binds devices[i % size] (cudaSetDevice)
-  int batch = 1;                  // frames per engine call, at most (dynamic batching below)
-  double max_wait_us = 0;         // a batch waits at most this long to fill (0: take what's there)
-  int queue_depth = 8;            // pinned host slots in the ring
-  int inflight = 2;               // batches in flight per worker (buffer sets): 1 or 2
-  bool copy_stream = true;        // H2D on a stream of its own (overlaps the previous batch)
+  int workers = 2;              // worker threads, each with its own streams, buffers, engine
+  std::vector<int> devices{0};  // worker i binds devices[i % size] (cudaSetDevice)
+  int batch = 1;                // frames per engine call, at most (dynamic batching below)
+  double max_wait_us = 0;       // a batch waits at most this long to fill (0: take what's there)
+  int queue_depth = 8;          // pinned host slots in the ring
+  int inflight = 2;             // batches in flight per worker (buffer sets): 1 or 2
+  bool copy_stream = true;      // H2D on a stream of its own (overlaps the previous batch)
   int frame_width = 1920, frame_height = 1080;  // the camera's frames, BGR uint8
-  int input_width = 640, input_height = 640;    // the network input
+  // A camera whose resolution changes mid-stream (a decoder reconfigured, a source switched):
+  // frames >= resize_at are resize_width x resize_height. -1: never. Workers learn the new size
+  // from the frame itself: new postprocess letterboxes, and with graphs a re-capture
+  // (cudaGraphExecUpdate into the executable graph, re-instantiated if the update is refused).
+  std::int64_t resize_at = -1;
+  int resize_width = 1280, resize_height = 720;
+  int input_width = 640, input_height = 640;  // the network input
   int num_classes = 4;
-  std::int64_t frames = 1000;     // frames the producer sends
-  double rate_fps = 0;            // open loop at this rate; 0: closed loop (as fast as possible)
+  std::int64_t frames = 1000;  // frames the producer sends
+  double rate_fps = 0;         // open loop at this rate; 0: closed loop (as fast as possible)
   Backpressure backpressure = Backpressure::block;
-  bool graphs = false;            // replay letterbox + engine + postprocess as a CUDA graph
-  bool warmup = true;             // one batch of every size through each worker before serving
-  bool trace = false;             // time every stage with events (for the timeline and JSON)
+  bool graphs = false;  // replay letterbox + engine + postprocess as a CUDA graph
+  bool warmup = true;   // one batch of every size through each worker before serving
+  bool trace = false;   // time every stage with events (for the timeline and JSON)
   lesson08::PostprocessConfig post{};
   // Test only: release a slot as soon as its copy is ENQUEUED, not when its event completes.
   // The race the event wait prevents; a test proves that the checks catch it.
@@ -217,10 +223,37 @@ struct PipelineConfig {
 // Throws std::invalid_argument, saying what was expected, for: workers < 1 or > 64, no devices
 // or a negative ordinal, batch < 1 or > 32 (lesson 06's batched letterbox limit), max_wait_us
 // < 0 or not finite, queue_depth < batch (a batch could never fill... and < 1), inflight not 1
-// or 2, a frame or input size outside [1, kMaxImageDimension] (or a frame too small for the
-// synthetic video), num_classes outside [1, kMaxClasses], frames < 0, rate_fps < 0 or not
-// finite, and a postprocess config lesson 08's validate() rejects.
+// or 2, a frame, resize or input size outside [1, kMaxImageDimension] (or a frame too small for
+// the synthetic video), resize_at < -1, num_classes outside [1, kMaxClasses], frames < 0,
+// rate_fps < 0 or not finite, and a postprocess config lesson 08's validate() rejects.
 void validate(const PipelineConfig& config);
+
+// The frame size of frame k of a run: frame_width x frame_height, or the resize size from
+// frame resize_at on.
+struct FrameSize {
+  int width = 0, height = 0;
+  std::size_t bytes() const { return static_cast<std::size_t>(width) * height * 3; }
+  bool operator==(const FrameSize& o) const { return width == o.width && height == o.height; }
+  bool operator!=(const FrameSize& o) const { return !(*this == o); }
+};
+FrameSize frame_size(const PipelineConfig& config, std::int64_t frame);
+// The largest frame of a run, in bytes: what a pinned slot and a device frame buffer hold.
+std::size_t max_frame_bytes(const PipelineConfig& config);
+
+// The camera of a run: its SyntheticVideo, and from resize_at on a second one at the new size.
+// video(k) draws and knows the truth of frame k. Throws as SyntheticVideo does.
+class Camera {
+ public:
+  explicit Camera(const PipelineConfig& config);
+  const SyntheticVideo& video(std::int64_t frame) const {
+    return resize_at_ >= 0 && frame >= resize_at_ && after_ ? *after_ : before_;
+  }
+
+ private:
+  SyntheticVideo before_;
+  std::optional<SyntheticVideo> after_;
+  std::int64_t resize_at_;
+};
 
 // Throws std::invalid_argument unless an engine of input shape `engine` can serve `config`:
 // batch >= config.batch, 3 channels, height and width equal to the config's input size.
@@ -267,8 +300,8 @@ double percent_of_bound(double fps, const Bound& bound);
 // One bar of the timeline: a stage of one batch, on one worker's lane, in microseconds since
 // the run started (host steady clock).
 struct TraceEvent {
-  std::string name;      // "H2D", "letterbox", "engine", "postprocess+D2H", "produce", ...
-  int worker = 0;        // the lane: -1 for the producer
+  std::string name;  // "H2D", "letterbox", "engine", "postprocess+D2H", "produce", ...
+  int worker = 0;    // the lane: -1 for the producer
   double start_us = 0, duration_us = 0;
   std::int64_t first_frame = -1;
   int frames = 0;

@@ -43,7 +43,7 @@ struct RunCheck {
 };
 
 RunCheck check_run(const RunReport& report, const PipelineConfig& c) {
-  const SyntheticVideo video(c.frame_width, c.frame_height, c.num_classes);
+  const Camera camera(c);  // frame k's truth at frame k's size (resize_at)
   RunCheck out;
   std::map<std::int64_t, int> seen;
   for (const FrameResult& r : report.results) {
@@ -56,7 +56,7 @@ RunCheck check_run(const RunReport& report, const PipelineConfig& c) {
       if (out.first_problem.empty()) out.first_problem = "unknown frame id";
       continue;
     }
-    const std::string why = check_frame(video.truth(r.frame), r.detections);
+    const std::string why = check_frame(camera.video(r.frame).truth(r.frame), r.detections);
     if (!why.empty()) {
       ++out.wrong;
       if (out.first_problem.empty()) {
@@ -91,16 +91,16 @@ PipelineConfig small_config() {
 // ------------------------------------------------------------------------- exercise 1 (CPU)
 
 TEST_CASE("batch_to_take: full batches at once, partial ones at the deadline", "[ex1]") {
-  CHECK(batch_to_take(0, 1e9, 4, 100, false) == 0);   // nothing queued
+  CHECK(batch_to_take(0, 1e9, 4, 100, false) == 0);  // nothing queued
   CHECK(batch_to_take(0, 0, 4, 100, true) == 0);
-  CHECK(batch_to_take(4, 0, 4, 100, false) == 4);     // full
-  CHECK(batch_to_take(9, 0, 4, 100, false) == 4);     // more than a batch: a full one
-  CHECK(batch_to_take(3, 50, 4, 100, false) == 0);    // partial, before the deadline: wait
-  CHECK(batch_to_take(3, 100, 4, 100, false) == 3);   // at the deadline: go
+  CHECK(batch_to_take(4, 0, 4, 100, false) == 4);    // full
+  CHECK(batch_to_take(9, 0, 4, 100, false) == 4);    // more than a batch: a full one
+  CHECK(batch_to_take(3, 50, 4, 100, false) == 0);   // partial, before the deadline: wait
+  CHECK(batch_to_take(3, 100, 4, 100, false) == 3);  // at the deadline: go
   CHECK(batch_to_take(3, 150, 4, 100, false) == 3);
-  CHECK(batch_to_take(2, 0, 4, 100, true) == 2);      // closing: no more will come
-  CHECK(batch_to_take(1, 0, 4, 0, false) == 1);       // max_wait 0: whatever is there
-  CHECK(batch_to_take(1, 0, 1, 1000, false) == 1);    // batch 1 never waits
+  CHECK(batch_to_take(2, 0, 4, 100, true) == 2);    // closing: no more will come
+  CHECK(batch_to_take(1, 0, 4, 0, false) == 1);     // max_wait 0: whatever is there
+  CHECK(batch_to_take(1, 0, 1, 1000, false) == 1);  // batch 1 never waits
 }
 
 // ------------------------------------------------------------------------- exercise 2
@@ -291,7 +291,12 @@ TEST_CASE("bad configurations raise invalid_argument before any thread starts", 
   bad([](PipelineConfig& c) { c.batch = 0; }, "batch");
   bad([](PipelineConfig& c) { c.batch = 33; }, "batch");
   bad([](PipelineConfig& c) { c.queue_depth = 0; }, "queue_depth");
-  bad([](PipelineConfig& c) { c.batch = 4; c.queue_depth = 3; }, "queue_depth");
+  bad(
+      [](PipelineConfig& c) {
+        c.batch = 4;
+        c.queue_depth = 3;
+      },
+      "queue_depth");
   bad([](PipelineConfig& c) { c.frame_width = 0; }, "frame size");
   bad([](PipelineConfig& c) { c.frame_height = 0; }, "frame size");
   bad([](PipelineConfig& c) { c.input_width = 0; }, "input size");
@@ -303,21 +308,59 @@ TEST_CASE("bad configurations raise invalid_argument before any thread starts", 
   bad([](PipelineConfig& c) { c.rate_fps = -5; }, "rate_fps");
   bad([](PipelineConfig& c) { c.frames = -1; }, "frames");
   bad([](PipelineConfig& c) { c.post.conf_threshold = 2; }, "conf");
-  bad([](PipelineConfig& c) { c.frame_width = 100; c.frame_height = 40; }, "SyntheticVideo");
+  bad(
+      [](PipelineConfig& c) {
+        c.frame_width = 100;
+        c.frame_height = 40;
+      },
+      "SyntheticVideo");
+  bad([](PipelineConfig& c) { c.resize_at = -2; }, "resize_at");
+  bad(
+      [](PipelineConfig& c) {
+        c.resize_at = 5;
+        c.resize_width = 0;
+      },
+      "resize size");
+  bad(
+      [](PipelineConfig& c) {
+        c.resize_at = 5;
+        c.resize_width = 100;
+        c.resize_height = 40;
+      },
+      "SyntheticVideo");
 
   PipelineConfig good = small_config();
   CHECK_NOTHROW(validate(good));
   // An engine whose input does not match the pipeline's: before any thread, too.
-  for (const TensorShape s : {TensorShape{1, 3, 640, 320}, TensorShape{1, 1, 640, 640},
-                              TensorShape{1, 3, 320, 640}}) {
+  for (const TensorShape s :
+       {TensorShape{1, 3, 640, 320}, TensorShape{1, 1, 640, 640}, TensorShape{1, 3, 320, 640}}) {
     CHECK_THROWS_AS_WITH(validate_engine_shape(good, s), std::invalid_argument,
                          Contains("does not match"));
     CHECK_THROWS_AS(run_pipeline(good, EngineSpec{s, nullptr}), std::invalid_argument);
   }
   good.batch = 4;
-  CHECK_THROWS_AS(validate_engine_shape(good, TensorShape{2, 3, 640, 640}),
-                  std::invalid_argument);
+  CHECK_THROWS_AS(validate_engine_shape(good, TensorShape{2, 3, 640, 640}), std::invalid_argument);
   CHECK_NOTHROW(validate_engine_shape(good, TensorShape{8, 3, 640, 640}));
+}
+
+TEST_CASE("a resolution change: frame sizes and the largest frame", "[config]") {
+  PipelineConfig c = small_config();
+  CHECK(frame_size(c, 0) == FrameSize{1920, 1080});
+  CHECK(frame_size(c, 1000000) == FrameSize{1920, 1080});  // resize_at -1: never
+  CHECK(max_frame_bytes(c) == 1920u * 1080u * 3u);
+  c.resize_at = 7;
+  c.resize_width = 1280;
+  c.resize_height = 720;
+  CHECK(frame_size(c, 6) == FrameSize{1920, 1080});
+  CHECK(frame_size(c, 7) == FrameSize{1280, 720});
+  CHECK(max_frame_bytes(c) == 1920u * 1080u * 3u);  // slots hold the larger of the two
+  c.resize_width = 2560;
+  c.resize_height = 1440;
+  CHECK(max_frame_bytes(c) == 2560u * 1440u * 3u);
+  const Camera camera(c);
+  CHECK(camera.video(6).width() == 1920);
+  CHECK(camera.video(7).width() == 2560);
+  CHECK(camera.video(7).height() == 1440);
 }
 
 // ------------------------------------------------------------------------- synthetic video
@@ -338,7 +381,9 @@ TEST_CASE("the synthetic video draws exactly its truth", "[video]") {
       CHECK(b.x2 - b.x1 >= 24);
       CHECK(b.y2 - b.y1 >= 24);
       const Bgr col = class_colour(truth[i].class_id);
-      auto px = [&](int x, int y) { return frame.data() + (static_cast<std::size_t>(y) * 1920 + x) * 3; };
+      auto px = [&](int x, int y) {
+        return frame.data() + (static_cast<std::size_t>(y) * 1920 + x) * 3;
+      };
       // Inside: the class colour at the corners; just outside: background (all channels < 64).
       const int x1 = static_cast<int>(b.x1), y1 = static_cast<int>(b.y1);
       const int x2 = static_cast<int>(b.x2) - 1, y2 = static_cast<int>(b.y2) - 1;
@@ -373,7 +418,7 @@ TEST_CASE("check_frame: right class, IoU >= 0.9, exactly once, nothing extra", "
                                   det(2, {300, 100, 400, 180})})
                   .empty());  // twice
   CHECK_FALSE(check_frame(truth, {det(0, {120, 100, 220, 200}), det(2, {300, 100, 400, 180})})
-                  .empty());  // IoU 0.67
+                  .empty());                                       // IoU 0.67
   CHECK_FALSE(check_frame({}, {det(0, {0, 0, 10, 10})}).empty());  // extra
   CHECK(check_frame({}, {}).empty());
 }
@@ -439,6 +484,43 @@ TEST_CASE("every frame once, right boxes: 1, 2, 4 workers x batch 1, 4, 16 x gra
   bool batched = false;  // under closed-loop load the batcher does fill batches
   for (const FrameResult& f : report.results) batched = batched || f.batch > 1;
   CHECK(batched == (batch > 1));
+}
+
+TEST_CASE("a resolution change mid-stream: every frame right, graphs captured again", "[gpu]") {
+  // 1080p to 720p at frame 300 (smaller: slots keep their size) and 720p to 1440p (larger:
+  // slots are sized for the larger); batches may straddle the change (mixed sizes).
+  const int to_width = GENERATE(1280, 2560);
+  const bool graphs = GENERATE(false, true);
+  PipelineConfig c;
+  c.workers = 2;
+  c.batch = 4;
+  c.max_wait_us = 5000;
+  c.queue_depth = 8;
+  c.graphs = graphs;
+  c.frames = std::min<std::int64_t>(grid_frames(), 600);
+  c.resize_at = c.frames / 2;
+  c.resize_width = to_width;
+  c.resize_height = to_width * 9 / 16;
+  if (to_width > 1920) {  // start at 720p
+    c.frame_width = 1280;
+    c.frame_height = 720;
+  }
+  INFO("to " << c.resize_width << "x" << c.resize_height << ", graphs " << graphs);
+  const RunReport report = run_pipeline(c, color_engine_spec(c, 0.0));
+  const RunCheck r = check_run(report, c);
+  INFO(r.first_problem);
+  CHECK(report.results.size() == static_cast<std::size_t>(c.frames));
+  CHECK(r.wrong == 0);
+  CHECK(r.missing == 0);
+  CHECK(r.repeated == 0);
+  if (graphs) {
+    // Each worker that served a frame of the new size replayed a graph captured for it.
+    INFO("updated in place " << report.graph_updates << ", re-instantiated "
+                             << report.graph_reinstantiations);
+    CHECK(report.graph_updates + report.graph_reinstantiations >= 1);
+  } else {
+    CHECK(report.graph_captures + report.graph_updates + report.graph_reinstantiations == 0);
+  }
 }
 
 // The race the event wait prevents, set up so that it shows: one stream (the copy queues behind
