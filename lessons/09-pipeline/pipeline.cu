@@ -23,6 +23,7 @@
 #include "common/cuda_check.hpp"
 #include "common/memory.hpp"
 #include "common/stream.hpp"
+#include "streams.cuh"  // lesson 04: mix32
 
 namespace lesson09 {
 
@@ -118,14 +119,8 @@ __global__ void find_class_boxes_kernel(const float* __restrict__ input, int wid
   }
 }
 
-__host__ __device__ inline std::uint32_t hash32(std::uint32_t x) {
-  x ^= x >> 16;
-  x *= 0x7feb352dU;
-  x ^= x >> 15;
-  x *= 0x846ca68bU;
-  x ^= x >> 16;
-  return x;
-}
+// The background candidates' pseudo-random positions: lesson 04's integer hash.
+using course::streams::mix32;
 
 // One thread per (candidate n, image b): the YOLOv8 layout, channel k of candidate n at
 // out[b][k][n] (coalesced: neighbouring threads write neighbouring n).
@@ -136,7 +131,7 @@ __global__ void write_output_kernel(const int* __restrict__ boxes, int classes, 
   float* o = out + static_cast<std::size_t>(b) * (4 + classes) * candidates;
   float cx, cy, w, h, score = 0.0f;
   int cls = -1;
-  const std::uint32_t r = hash32(static_cast<std::uint32_t>(n) * 2654435761U + 12345U);
+  const std::uint32_t r = mix32(static_cast<std::uint32_t>(n) * 2654435761U + 12345U);
   if (n < classes * kAnchorsPerClass) {
     cls = n / kAnchorsPerClass;
     const int j = n % kAnchorsPerClass;
@@ -161,7 +156,7 @@ __global__ void write_output_kernel(const int* __restrict__ boxes, int classes, 
     }
   } else {  // background: anywhere, any size, low scores
     cx = (r % 10007) / 10007.0f * width;
-    cy = (hash32(r) % 10007) / 10007.0f * height;
+    cy = (mix32(r) % 10007) / 10007.0f * height;
     w = 8.0f + (r >> 24);
     h = 8.0f + ((r >> 16) & 127);
   }
@@ -174,7 +169,7 @@ __global__ void write_output_kernel(const int* __restrict__ boxes, int classes, 
     if (n < classes * kAnchorsPerClass) {
       s = c == cls ? score : 0.0f;
     } else {
-      s = (hash32(r + 977U * c) % 1000) * (0.2f / 1000.0f);  // < 0.2
+      s = (mix32(r + 977U * c) % 1000) * (0.2f / 1000.0f);  // < 0.2
     }
     o[(4 + c) * static_cast<std::size_t>(candidates) + n] = s;
   }
