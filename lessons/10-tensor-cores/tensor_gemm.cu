@@ -1,5 +1,5 @@
 // Lesson 10: the tensor-core GEMM versions v1..v4, the dispatcher, cuBLAS / cuBLASLt baselines,
-// the peak and the CPU oracle. v5 and v6 (Hopper, sm_90a) are in tensor_gemm_sm90.cu. The API and
+// the peak and the CPU oracle. v5..v7 (Hopper, sm_90a) are in tensor_gemm_sm90.cu. The API and
 // the conventions are documented in tensor_gemm.cuh.
 #include "tensor_gemm.cuh"
 
@@ -371,6 +371,7 @@ const std::vector<VersionInfo>& versions() {
       {5, "v5_wgmma", "Hopper: TMA + wgmma, producer and consumer warp groups (sm_90a)"},
       {6, "v6_wgmma_128x256",
        "v5 + 128x256 tile (m64n256k16), setmaxnreg, wgmma in flight, grouped tile order"},
+      {7, "v7_wgmma_persistent", "v6's kernel, one block per SM looping over the tiles"},
   };
   return v;
 }
@@ -389,7 +390,7 @@ bool version_supported(int version, DType in, std::string* why_not) {
   const std::string cc = std::to_string(major) + "." + std::to_string(minor);
   std::string reason;
   cudaFuncAttributes attr{};
-  if (version == 5 || version == 6) {
+  if (version >= 5) {  // v5..v7: tensor_gemm_sm90.cu
     if (!(major == 9 && minor == 0))
       reason = "wgmma and TMA need compute capability 9.0 (sm_90a code); this GPU is " + cc;
     else if (!sm90_kernels_built())
@@ -456,7 +457,7 @@ void tensor_gemm(int version, int M, int N, int K, float alpha, const In* A, con
     throw std::invalid_argument(who + ": unknown activation " +
                                 std::to_string(static_cast<int>(act)));
   if (version == 1 && (bias != nullptr || act != Activation::none))
-    throw std::invalid_argument(who + ": the fused bias + activation epilogue is in v2..v6");
+    throw std::invalid_argument(who + ": the fused bias + activation epilogue is in v2..v7");
   if (!check_tensor_gemm_args(who.c_str(), M, N, K, A, B, C, version >= 2)) return;
   std::string why;
   if (!version_supported(version, dtype_of<In>(), &why))
@@ -490,6 +491,9 @@ void tensor_gemm(int version, int M, int N, int K, float alpha, const In* A, con
       break;
     case 6:
       gemm_v6_wgmma_128x256<In, Out>(M, N, K, alpha, A, B, beta, C, bias, act, stream);
+      break;
+    case 7:
+      gemm_v7_persistent<In, Out>(0, M, N, K, alpha, A, B, beta, C, bias, act, stream);
       break;
   }
 }

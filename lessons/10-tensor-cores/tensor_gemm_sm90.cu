@@ -302,7 +302,9 @@ __global__ void __launch_bounds__(kThreads, 1)
 //    and a 1D grid, so M is not limited by gridDim.y.
 //  - The write-out stores column pairs (store_two) when C allows it.
 // The kernel loops over tiles (tile += gridDim.x): launched with one block per tile, as v6 is,
-// the loop runs once per block.
+// the loop runs once per block. v7 launches it persistently, one block per SM: the producer then
+// fills the ring with the next tile's stages while the consumers write the last one out, and no
+// block pays the launch, the barrier initialisation and the empty ring at each tile again.
 namespace v6cfg {
 constexpr int BM = 128, BN = 256, BK = 64, kStages = 4, kThreads = 384, kGroupM = 8;
 constexpr int kBBoxes = BN / 64;                                 // 4 boxes of 64 columns
@@ -482,9 +484,11 @@ void gemm_v5_wgmma(int M, int N, int K, float alpha, const In* A, const In* B, f
   CUDA_CHECK_LAUNCH();
 }
 
+// v6's kernel on `grid` blocks: one per tile (v6), or fewer, each looping over tiles (v7).
+// grid_limit <= 0: one block per tile.
 template <class In, class Out>
-void gemm_v6_wgmma_128x256(int M, int N, int K, float alpha, const In* A, const In* B, float beta,
-                           Out* C, const float* bias, Activation act, cudaStream_t stream) {
+void launch_128x256(int grid_limit, int M, int N, int K, float alpha, const In* A, const In* B,
+                    float beta, Out* C, const float* bias, Activation act, cudaStream_t stream) {
   using v6cfg::BK, v6cfg::BM, v6cfg::BN, v6cfg::kSmemBytes, v6cfg::kThreads;
   const CUtensorMap map_a = make_map(A, M, K, BM);  // boxes of 128 rows (m) x 64 k
   const CUtensorMap map_b = make_map(B, K, N, BK);  // boxes of 64 k rows x 64 columns
@@ -493,16 +497,38 @@ void gemm_v6_wgmma_128x256(int M, int N, int K, float alpha, const In* A, const 
   // Paired stores need C aligned to two elements (N is even, so then every row is).
   const int pairs = reinterpret_cast<std::uintptr_t>(C) % (2 * sizeof(Out)) == 0 ? 1 : 0;
   const int tiles = ceil_div(M, BM) * ceil_div(N, BN);  // <= INT_MAX / 32768: M N <= INT_MAX
-  kernel<<<tiles, kThreads, kSmemBytes, stream>>>(map_a, map_b, M, N, K, C,
-                                                  Epilogue{alpha, beta, bias, act}, pairs);
+  const int grid = grid_limit > 0 && grid_limit < tiles ? grid_limit : tiles;
+  kernel<<<grid, kThreads, kSmemBytes, stream>>>(map_a, map_b, M, N, K, C,
+                                                 Epilogue{alpha, beta, bias, act}, pairs);
   CUDA_CHECK_LAUNCH();
+}
+
+template <class In, class Out>
+void gemm_v6_wgmma_128x256(int M, int N, int K, float alpha, const In* A, const In* B, float beta,
+                           Out* C, const float* bias, Activation act, cudaStream_t stream) {
+  launch_128x256(0, M, N, K, alpha, A, B, beta, C, bias, act, stream);
+}
+
+template <class In, class Out>
+void gemm_v7_persistent(int blocks, int M, int N, int K, float alpha, const In* A, const In* B,
+                        float beta, Out* C, const float* bias, Activation act,
+                        cudaStream_t stream) {
+  if (blocks <= 0) {
+    // One block per SM: the 197 KiB of shared memory allow no second one.
+    int device = 0;
+    CUDA_CHECK(cudaGetDevice(&device));
+    CUDA_CHECK(cudaDeviceGetAttribute(&blocks, cudaDevAttrMultiProcessorCount, device));
+  }
+  launch_128x256(blocks, M, N, K, alpha, A, B, beta, C, bias, act, stream);
 }
 
 #define LESSON10_INSTANTIATE(In, Out)                                                             \
   template void gemm_v5_wgmma<In, Out>(int, int, int, float, const In*, const In*, float, Out*,   \
                                        const float*, Activation, cudaStream_t);                   \
   template void gemm_v6_wgmma_128x256<In, Out>(int, int, int, float, const In*, const In*, float, \
-                                               Out*, const float*, Activation, cudaStream_t);
+                                               Out*, const float*, Activation, cudaStream_t);     \
+  template void gemm_v7_persistent<In, Out>(int, int, int, int, float, const In*, const In*,      \
+                                            float, Out*, const float*, Activation, cudaStream_t);
 LESSON10_INSTANTIATE(__half, float)
 LESSON10_INSTANTIATE(__half, __half)
 LESSON10_INSTANTIATE(__nv_bfloat16, float)

@@ -13,7 +13,8 @@
 // (truncating adder), then the output rounding 2^-11 (FP16) or 2^-8 (BF16) relative); odd M,
 // K and N tails off the 128-wide tiles; beta == 0 with C full of NaN; the fused epilogue; the
 // cuBLAS and cuBLASLt baselines against the same reference; one 1024-sized product per version
-// against cuBLAS; v6's 128x256 tile edges and its two store paths.
+// against cuBLAS; the 128x256 kernel's tile edges, its two store paths and v7's loop over tiles
+// on a few blocks.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -366,7 +367,7 @@ TEST_CASE("bad arguments throw std::invalid_argument before any CUDA call", "[cp
                     Contains("null"));
   CHECK_THROWS_WITH(tensor_gemm(9, 8, 8, 8, 1.0f, p, p, 0.0f, c), Contains("unknown version"));
   CHECK_THROWS_WITH(tensor_gemm(1, 8, 8, 8, 1.0f, p, p, 0.0f, c, nullptr, Activation::relu),
-                    Contains("v2..v6"));
+                    Contains("v2..v7"));
   CHECK_THROWS_WITH(
       tensor_gemm(4, 8, 8, 8, 1.0f, p, p, 0.0f, c, nullptr, static_cast<Activation>(7)),
       Contains("unknown activation"));
@@ -575,20 +576,19 @@ TEST_CASE("v5 TMA + wgmma: every element vs FP64", "[gpu][v5]") {
   check_version_vs_cublas<__nv_bfloat16, float>(5);
 }
 
-// v6's own edges: tiles of 128 x 256 and K tiles of 64, so sizes off both (M not a multiple of
-// 128, N of 256 and of 64, K of 64), more tile rows than one group of 8 (M = 1153: 10 tile rows,
-// the last group of 2), several tile columns (N = 520: 3), a K of one partial tile (K = 8) and of
-// many full ones plus a tail (K = 1000: 15 full + 40), a single row and a single 8-wide column.
-TEST_CASE("v6 128x256 tile: every element vs FP64", "[gpu][v6]") {
-  check_all_types(6);
-  check_version_vs_cublas<__nv_bfloat16, float>(6);
-  if (!supported(6, DType::f16)) return;
-  const auto run = [](int M, int N, int K, float beta, Activation act, auto in, auto out) {
+// The 128x256 kernel's own edges (v6, v7): tiles of 128 x 256 and K tiles of 64, so sizes off
+// both (M not a multiple of 128, N of 256 and of 64, K of 64), more tile rows than one group of 8
+// (M = 1153: 10 tile rows, the last group of 2), several tile columns (N = 520: 3), a K of one
+// partial tile (K = 8) and of many full ones plus a tail (K = 1000: 15 full + 40), a single row
+// and a single 8-wide column. `gemm(M, N, K, alpha, A, B, beta, C, bias, act)` runs the kernel.
+template <class G>
+void check_128x256_edges(G&& gemm) {
+  const auto run = [&](int M, int N, int K, float beta, Activation act, auto in, auto out) {
     using In = decltype(in);
     using Out = decltype(out);
     check_against_reference<In, Out>(M, N, K, 1.0f, beta, act != Activation::none, act,
                                      [&](const In* A, const In* B, Out* C, const float* bias) {
-                                       tensor_gemm(6, M, N, K, 1.0f, A, B, beta, C, bias, act);
+                                       gemm(M, N, K, 1.0f, A, B, beta, C, bias, act);
                                      });
   };
   const std::vector<Case> cases = {{257, 264, 72}, {300, 520, 136}, {1153, 264, 64}, {129, 8, 1000},
@@ -599,6 +599,47 @@ TEST_CASE("v6 128x256 tile: every element vs FP64", "[gpu][v6]") {
   }
   run(300, 520, 136, 0.5f, Activation::relu, __half{}, __half{});
   run(300, 520, 136, 0.0f, Activation::gelu, __nv_bfloat16{}, float{});
+}
+
+// tensor_gemm(version, ...) as a callable for check_128x256_edges.
+struct ByVersion {
+  int version;
+  template <class In, class Out>
+  void operator()(int M, int N, int K, float alpha, const In* A, const In* B, float beta, Out* C,
+                  const float* bias, Activation act) const {
+    tensor_gemm(version, M, N, K, alpha, A, B, beta, C, bias, act);
+  }
+};
+
+TEST_CASE("v6 128x256 tile: every element vs FP64", "[gpu][v6]") {
+  check_all_types(6);
+  check_version_vs_cublas<__nv_bfloat16, float>(6);
+  if (supported(6, DType::f16)) check_128x256_edges(ByVersion{6});
+}
+
+TEST_CASE("v7 persistent: every element vs FP64", "[gpu][v7]") {
+  check_all_types(7);
+  check_version_vs_cublas<__nv_bfloat16, float>(7);
+  if (supported(7, DType::f16)) check_128x256_edges(ByVersion{7});
+}
+
+// Few blocks, many tiles each: the ring's stages and phases run on across tiles (3 and 4 K tiles
+// per output tile against 4 stages, so a tile starts mid-ring), and a block's next loads overlap
+// its write-out.
+TEST_CASE("v7 with 3 and 7 blocks looping over 30 tiles: every element vs FP64", "[gpu][v7]") {
+  if (!supported(7, DType::f16)) return;
+  for (const int blocks : {3, 7})
+    check_128x256_edges([blocks](int M, int N, int K, float alpha, auto A, auto B, float beta,
+                                 auto C, const float* bias, Activation act) {
+      gemm_v7_persistent(blocks, M, N, K, alpha, A, B, beta, C, bias, act, nullptr);
+    });
+  for (const int K : {136, 200})
+    check_against_reference<__half, float>(
+        1153, 520, K, 1.0f, 0.0f, false, Activation::none,
+        [K](const __half* A, const __half* B, float* C, const float*) {
+          gemm_v7_persistent(3, 1153, 520, K, 1.0f, A, B, 0.0f, C, nullptr, Activation::none,
+                             nullptr);
+        });
 }
 
 // v6 stores column pairs when C is aligned to two elements, single elements otherwise: both
@@ -625,7 +666,8 @@ TEST_CASE("v6 with C at an odd element offset gives the same bits as aligned C",
   CHECK(differ == 0);
 }
 
-TEST_CASE("on compute capability 9.0 every version is supported (an H200 build)", "[gpu][v5][v6]") {
+TEST_CASE("on compute capability 9.0 every version is supported (an H200 build)",
+          "[gpu][v5][v6][v7]") {
   int device = 0, major = 0, minor = 0;
   CUDA_CHECK(cudaGetDevice(&device));
   CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
@@ -641,8 +683,8 @@ TEST_CASE("on compute capability 9.0 every version is supported (an H200 build)"
     }
 }
 
-TEST_CASE("on other GPUs v5 and v6 report NotSupported, not a crash", "[gpu]") {
-  for (const int v : {5, 6}) {
+TEST_CASE("on other GPUs v5..v7 report NotSupported, not a crash", "[gpu]") {
+  for (const int v : {5, 6, 7}) {
     if (version_supported(v, DType::f16)) continue;
     course::DeviceBuffer<__half> A(64), B(64);
     course::DeviceBuffer<float> C(64);
