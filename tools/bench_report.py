@@ -48,7 +48,7 @@ LESSONS = {
     "10": ("10-tensor-cores",
            [("Every version at 4096^3, FP16 and BF16, and the fused bias + GELU epilogue",
              r"^all_versions|^bf16|^epilogue", "TFLOP/s,%cublas*,%peak"),
-            ("v4, v5 and cuBLAS by size; fully connected layers (batch 1-32 x 4096 x 4096); 1x1 "
+            ("v4..v7 and cuBLAS by size; fully connected layers (batch 1-32 x 4096 x 4096); 1x1 "
              "convolutions as GEMM", r"^sweep|^fc|^conv1x1", "TFLOP/s,latency_us,%cublas*,%peak")], []),
 }
 

@@ -1,11 +1,11 @@
 // Lesson 10 benchmark: every version and the cuBLAS baselines in one run (make bench LESSON=10).
 //
-//   all_versions_4096/<name>     FP16 in and out, FP32 accumulation, 4096^3: cuBLAS, v1..v5, and
+//   all_versions_4096/<name>     FP16 in and out, FP32 accumulation, 4096^3: cuBLAS, v1..v7, and
 //                                v4 with its 128x256 tile (gemm_v4_tile)
-//   bf16_4096/<name>             the same in BF16: cuBLAS, v4, v5
-//   epilogue_4096/<name>         C = GELU(A B + bias): cuBLASLt's GELU_BIAS epilogue, v4 and v5
-//                                fused, and v5 without an epilogue (what the fusion costs)
-//   sweep/<name>/<n>             squares n = 512 .. 8192: cuBLAS, v4 (both tiles), v5
+//   bf16_4096/<name>             the same in BF16: cuBLAS, v4..v7
+//   epilogue_4096/<name>         C = GELU(A B + bias): cuBLASLt's GELU_BIAS epilogue, v4..v7
+//                                fused, and v5..v7 without an epilogue (what the fusion costs)
+//   sweep/<name>/<n>             squares n = 512 .. 8192: cuBLAS, v4 (both tiles), v5..v7
 //   fc/<name>/<batch>            a fully connected layer 4096 -> 4096 at batch 1..32 (M = batch)
 //   conv1x1/<name>/<MxNxK>       1x1 convolutions as GEMM (M = batch x pixels, N = out channels,
 //                                K = in channels)
@@ -134,31 +134,32 @@ bool register_all() {
       specs.push_back(
           {prefix + version_info(v).name + suffix, M, N, K, bf16, v, Activation::none, base});
   };
-  add_group("all_versions_4096/", "", 4096, 4096, 4096, false, {1, 2, 3, 4, 5});
+  add_group("all_versions_4096/", "", 4096, 4096, 4096, false, {1, 2, 3, 4, 5, 6, 7});
   specs.push_back({"all_versions_4096/v4_pipeline_128x256", 4096, 4096, 4096, false, kV4Wide,
                    Activation::none, "cublas_fp16"});
-  add_group("bf16_4096/", "", 4096, 4096, 4096, true, {4, 5});
+  add_group("bf16_4096/", "", 4096, 4096, 4096, true, {4, 5, 6, 7});
   specs.push_back({"epilogue_4096/cublaslt_bias_gelu", 4096, 4096, 4096, false, -2,
                    Activation::gelu, "cublaslt_gelu"});
-  for (const int v : {4, 5})
+  for (const int v : {4, 5, 6, 7})
     specs.push_back({"epilogue_4096/" + std::string(version_info(v).name) + "_bias_gelu", 4096,
                      4096, 4096, false, v, Activation::gelu, "cublaslt_gelu"});
-  specs.push_back({"epilogue_4096/v5_wgmma_no_epilogue", 4096, 4096, 4096, false, 5,
-                   Activation::none, "cublaslt_gelu"});
+  for (const int v : {5, 6, 7})
+    specs.push_back({"epilogue_4096/" + std::string(version_info(v).name) + "_no_epilogue", 4096,
+                     4096, 4096, false, v, Activation::none, "cublaslt_gelu"});
   for (const int n : {512, 1024, 2048, 4096, 8192}) {
-    add_group("sweep/", "/" + std::to_string(n), n, n, n, false, {4, 5});
+    add_group("sweep/", "/" + std::to_string(n), n, n, n, false, {4, 5, 6, 7});
     specs.push_back({"sweep/v4_pipeline_128x256/" + std::to_string(n), n, n, n, false, kV4Wide,
                      Activation::none, "cublas_fp16"});
   }
   for (const int batch : {1, 2, 4, 8, 16, 32})
-    add_group("fc/", "/batch" + std::to_string(batch), batch, 4096, 4096, false, {4, 5});
+    add_group("fc/", "/batch" + std::to_string(batch), batch, 4096, 4096, false, {4, 5, 6, 7});
   // ResNet-50-like 1x1 convolutions at batch 8: 56x56 pixels 64 -> 256 and 256 -> 64 channels,
   // 14x14 pixels 1024 -> 256.
   for (const auto& s :
        std::vector<std::vector<int>>{{25088, 256, 64}, {25088, 64, 256}, {1568, 256, 1024}})
     add_group("conv1x1/",
               "/" + std::to_string(s[0]) + "x" + std::to_string(s[1]) + "x" + std::to_string(s[2]),
-              s[0], s[1], s[2], false, {4, 5});
+              s[0], s[1], s[2], false, {4, 5, 6, 7});
 
   for (Spec& spec : specs) {
     const std::string name = spec.name;

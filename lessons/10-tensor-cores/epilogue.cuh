@@ -38,15 +38,49 @@ struct Epilogue {
   Activation act;
 };
 
-// C[m][n] = act(alpha * acc + beta * C[m][n] + bias[n]); beta == 0 does not read C.
+// act(alpha * acc + beta * c + bias[n]) for the element at p (column n); beta == 0 does not
+// read it.
+template <class Out>
+__device__ __forceinline__ float epilogue_value(const Epilogue& e, const Out* p, int n, float acc) {
+  float v = e.alpha * acc;
+  if (e.beta != 0.0f) v = fmaf(e.beta, to_float(*p), v);
+  if (e.bias != nullptr) v += e.bias[n];
+  return activate(v, e.act);
+}
+
+// C[m][n] = act(alpha * acc + beta * C[m][n] + bias[n]).
 template <class Out>
 __device__ __forceinline__ void store_one(const Epilogue& e, Out* C, int N, int m, int n,
                                           float acc) {
   Out* p = C + static_cast<std::size_t>(m) * N + n;
-  float v = e.alpha * acc;
-  if (e.beta != 0.0f) v = fmaf(e.beta, to_float(*p), v);
-  if (e.bias != nullptr) v += e.bias[n];
-  *p = from_float<Out>(activate(v, e.act));
+  *p = from_float<Out>(epilogue_value(e, p, n, acc));
+}
+
+// Two adjacent elements (n, n + 1) in one 4-byte (FP16/BF16) or 8-byte (FP32) store: an
+// accumulator fragment holds column pairs, and one wide store moves the same bytes in half the
+// store instructions. The caller guarantees n + 1 < N and C + m * N + n aligned to two elements.
+template <class Out>
+struct Pair;
+template <>
+struct Pair<float> {
+  using type = float2;
+};
+template <>
+struct Pair<__half> {
+  using type = __half2;
+};
+template <>
+struct Pair<__nv_bfloat16> {
+  using type = __nv_bfloat162;
+};
+template <class Out>
+__device__ __forceinline__ void store_two(const Epilogue& e, Out* C, int N, int m, int n,
+                                          float acc0, float acc1) {
+  Out* p = C + static_cast<std::size_t>(m) * N + n;
+  typename Pair<Out>::type v;
+  v.x = from_float<Out>(epilogue_value(e, p, n, acc0));
+  v.y = from_float<Out>(epilogue_value(e, p + 1, n + 1, acc1));
+  *reinterpret_cast<typename Pair<Out>::type*>(p) = v;
 }
 
 }  // namespace lesson10::detail

@@ -1,6 +1,6 @@
 // Lesson 10: the tensor-core GEMM versions v1..v4, the dispatcher, cuBLAS / cuBLASLt baselines,
-// the peak and the CPU oracle. v5 (Hopper, sm_90a) is in tensor_gemm_sm90.cu. The API and the
-// conventions are documented in tensor_gemm.cuh.
+// the peak and the CPU oracle. v5..v7 (Hopper, sm_90a) are in tensor_gemm_sm90.cu. The API and
+// the conventions are documented in tensor_gemm.cuh.
 #include "tensor_gemm.cuh"
 
 #include <cublasLt.h>
@@ -369,6 +369,9 @@ const std::vector<VersionInfo>& versions() {
       {3, "v3_swizzle", "XOR-swizzled shared memory instead of padding"},
       {4, "v4_pipeline", "4-stage cp.async pipeline: loads overlap the tensor cores"},
       {5, "v5_wgmma", "Hopper: TMA + wgmma, producer and consumer warp groups (sm_90a)"},
+      {6, "v6_wgmma_128x256",
+       "v5 + 128x256 tile (m64n256k16), setmaxnreg, wgmma in flight, grouped tile order"},
+      {7, "v7_wgmma_persistent", "v6's kernel, one block per SM looping over the tiles"},
   };
   return v;
 }
@@ -387,7 +390,7 @@ bool version_supported(int version, DType in, std::string* why_not) {
   const std::string cc = std::to_string(major) + "." + std::to_string(minor);
   std::string reason;
   cudaFuncAttributes attr{};
-  if (version == 5) {
+  if (version >= 5) {  // v5..v7: tensor_gemm_sm90.cu
     if (!(major == 9 && minor == 0))
       reason = "wgmma and TMA need compute capability 9.0 (sm_90a code); this GPU is " + cc;
     else if (!sm90_kernels_built())
@@ -454,7 +457,7 @@ void tensor_gemm(int version, int M, int N, int K, float alpha, const In* A, con
     throw std::invalid_argument(who + ": unknown activation " +
                                 std::to_string(static_cast<int>(act)));
   if (version == 1 && (bias != nullptr || act != Activation::none))
-    throw std::invalid_argument(who + ": the fused bias + activation epilogue is in v2..v5");
+    throw std::invalid_argument(who + ": the fused bias + activation epilogue is in v2..v7");
   if (!check_tensor_gemm_args(who.c_str(), M, N, K, A, B, C, version >= 2)) return;
   std::string why;
   if (!version_supported(version, dtype_of<In>(), &why))
@@ -485,6 +488,12 @@ void tensor_gemm(int version, int M, int N, int K, float alpha, const In* A, con
       break;
     case 5:
       gemm_v5_wgmma<In, Out>(M, N, K, alpha, A, B, beta, C, bias, act, stream);
+      break;
+    case 6:
+      gemm_v6_wgmma_128x256<In, Out>(M, N, K, alpha, A, B, beta, C, bias, act, stream);
+      break;
+    case 7:
+      gemm_v7_persistent<In, Out>(0, M, N, K, alpha, A, B, beta, C, bias, act, stream);
       break;
   }
 }
@@ -646,7 +655,8 @@ void cublaslt_gemm(const Blas& blas, int M, int N, int K, float alpha, const In*
     const void* lt_bias = bias;
     if (bias && !std::is_same<Out, float>::value) {
       const std::size_t bytes = (static_cast<std::size_t>(N) * sizeof(Out) + 255) / 256 * 256;
-      if (bytes > ws / 2) throw std::invalid_argument("cublaslt_gemm: N too large for the bias copy");
+      if (bytes > ws / 2)
+        throw std::invalid_argument("cublaslt_gemm: N too large for the bias copy");
       ws -= bytes;
       Out* converted = reinterpret_cast<Out*>(static_cast<char*>(blas.workspace()) + ws);
       convert_bias_kernel<Out><<<(N + 255) / 256, 256, 0, stream>>>(bias, converted, N);

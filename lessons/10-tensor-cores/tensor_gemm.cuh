@@ -19,17 +19,24 @@
 //   v5_wgmma       Hopper (sm_90a only): TMA (cp.async.bulk.tensor) fills a 4-stage ring of
 //                  128B-swizzled tiles, completing on mbarriers; one producer warp group issues
 //                  TMA, two consumer warp groups issue wgmma.m64n128k16 from shared memory
+//   v6_wgmma_128x256  v5 with the known Hopper steps: a 128x256 block tile (each consumer warp
+//                  group issues wgmma.m64n256k16: twice the MMA work per byte of A loaded),
+//                  setmaxnreg (producer 40 registers, consumers 232 for 128 accumulators each),
+//                  wgmma kept in flight across k-steps (wait_group 1), 4 stages of 48 KiB, tiles
+//                  in a grouped order (tile_coord) for L2 reuse, paired stores in the epilogue
+//   v7_wgmma_persistent  v6's kernel on one block per SM, each looping over tiles: the next
+//                  tile's loads overlap this tile's write-out, and the prologue is paid once
 //
 // Conventions of every launcher:
 //  - Dense row-major device arrays. Any M, N, K >= 0; tiles at the edges are zero-filled.
 //  - M == 0 or N == 0: nothing to do (pointers may be null). K == 0: C = act(beta*C + bias).
 //  - beta == 0: C is not read (may hold NaN), as in BLAS.
-//  - Alignment: v1 has none. v2..v5 load 16-byte chunks (cp.async / TMA), so they need
+//  - Alignment: v1 has none. v2..v7 load 16-byte chunks (cp.async / TMA), so they need
 //    K % 8 == 0, N % 8 == 0 and A, B 16-byte aligned; otherwise std::invalid_argument saying so.
 //  - Errors: std::invalid_argument for a negative size, a null pointer that is used, more than
 //    INT_MAX elements in a matrix, an unknown version, the alignment above, or bias/act given to
 //    v1; NotSupported (a std::runtime_error) for a version this GPU or this build lacks
-//    (v2..v4 need compute capability 8.0 and a build for compute_80+; v5 needs exactly 9.0);
+//    (v2..v4 need compute capability 8.0 and a build for compute_80+; v5..v7 need exactly 9.0);
 //    course::CudaError for a failed launch. Launches are asynchronous on `stream`.
 #pragma once
 
@@ -173,6 +180,24 @@ __host__ __device__ inline int pipeline_phase(int tile, int stages) {
   return (tile / stages) & 1;
 }
 
+// ---------------------------------------------------------------- the tile order (CPU-tested)
+//
+// v6 numbers its output tiles 0..tiles_m*tiles_n-1 and maps tile t to (tile row, tile column) in
+// groups of `group` tile rows: inside a group the column advances once every `group` tiles, so
+// the blocks resident at one time share a few columns of B and a few rows of A, and both stay in
+// L2 while they are re-read (the "grouped" order of Triton's matmul tutorial and CUTLASS's tile
+// swizzle). The last group may have fewer rows. A bijection onto the tile grid.
+struct TileCoord {
+  int m, n;  // tile row, tile column
+};
+__host__ __device__ inline TileCoord tile_coord(int tile, int tiles_m, int tiles_n, int group) {
+  const int per_group = group * tiles_n;
+  const int first_m = tile / per_group * group;
+  const int rows = tiles_m - first_m < group ? tiles_m - first_m : group;
+  const int in_group = tile % per_group;
+  return {first_m + in_group % rows, in_group / rows};
+}
+
 // ---------------------------------------------------------------- the launchers
 
 // A version the GPU or the build lacks: report "not supported on this GPU", not a failure.
@@ -199,7 +224,7 @@ constexpr DType dtype_of<__nv_bfloat16>() {
 }
 
 // One call of any version. In: __half or __nv_bfloat16; Out: float or In (instantiated for
-// those four pairs). bias: N floats on the device or null; act: none unless v2..v5.
+// those four pairs). bias: N floats on the device or null; act: none unless v2..v7.
 template <class In, class Out>
 void tensor_gemm(int version, int M, int N, int K, float alpha, const In* A, const In* B,
                  float beta, Out* C, const float* bias = nullptr, Activation act = Activation::none,
@@ -217,14 +242,14 @@ void gemm_v4_tile(V4Tile tile, int M, int N, int K, float alpha, const In* A, co
                   Activation act = Activation::none, cudaStream_t stream = nullptr);
 
 struct VersionInfo {
-  int number;        // 1..5, what --version takes
+  int number;        // 1..7, what --version takes
   const char* name;  // "v4_pipeline"
   const char* idea;  // one line
 };
 const std::vector<VersionInfo>& versions();
 const VersionInfo& version_info(int number);  // throws std::invalid_argument if unknown
 constexpr int kBestAmpereVersion = 4;
-constexpr int kHopperVersion = 5;
+constexpr int kHopperVersion = 5;  // the first wgmma kernel
 
 // Whether `version` can run with inputs of type `in` on the current device and this build, and if
 // not, why (for the message "not supported on this GPU: <why>"). Throws CudaError if there is no
@@ -232,7 +257,7 @@ constexpr int kHopperVersion = 5;
 bool version_supported(int version, DType in, std::string* why_not = nullptr);
 
 // Throws std::invalid_argument (naming `who`) for the conventions above; returns false when
-// there is nothing to compute. `aligned16` asks for the v2..v5 alignment.
+// there is nothing to compute. `aligned16` asks for the v2..v7 alignment.
 bool check_tensor_gemm_args(const char* who, int M, int N, int K, const void* A, const void* B,
                             const void* C, bool aligned16);
 
@@ -241,6 +266,17 @@ bool check_tensor_gemm_args(const char* who, int M, int N, int K, const void* A,
 template <class In, class Out>
 void gemm_v5_wgmma(int M, int N, int K, float alpha, const In* A, const In* B, float beta, Out* C,
                    const float* bias, Activation act, cudaStream_t stream);
+// v6, in the same file and under the same conditions; tensor_gemm(6, ...) calls it after the
+// checks.
+template <class In, class Out>
+void gemm_v6_wgmma_128x256(int M, int N, int K, float alpha, const In* A, const In* B, float beta,
+                           Out* C, const float* bias, Activation act, cudaStream_t stream);
+// v7: v6's kernel launched persistently on at most `blocks` blocks (<= 0: one per SM), each looping
+// over tiles in tile_coord's order; tensor_gemm(7, ...) passes 0, the tests a few blocks so that
+// each loops over many tiles. Same conventions; call it only after tensor_gemm's checks (K > 0).
+template <class In, class Out>
+void gemm_v7_persistent(int blocks, int M, int N, int K, float alpha, const In* A, const In* B,
+                        float beta, Out* C, const float* bias, Activation act, cudaStream_t stream);
 // Whether the sm_90a library holds real code (false if nvcc could not build it).
 bool sm90_kernels_built();
 

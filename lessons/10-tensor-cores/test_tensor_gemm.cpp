@@ -13,12 +13,14 @@
 // (truncating adder), then the output rounding 2^-11 (FP16) or 2^-8 (BF16) relative); odd M,
 // K and N tails off the 128-wide tiles; beta == 0 with C full of NaN; the fused epilogue; the
 // cuBLAS and cuBLASLt baselines against the same reference; one 1024-sized product per version
-// against cuBLAS.
+// against cuBLAS; the 128x256 kernel's tile edges, its two store paths and v7's loop over tiles
+// on a few blocks.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <set>
 #include <string>
@@ -281,6 +283,40 @@ TEST_CASE("mbarrier phases: a stage's k-th completion has parity k % 2", "[cpu]"
 
 // ---------------------------------------------------------------- CPU: peak, bound, arguments
 
+TEST_CASE("v6's grouped tile order is a bijection onto the tile grid, group by group", "[cpu]") {
+  for (const int group : {1, 2, 8})
+    for (int tiles_m = 1; tiles_m <= 19; tiles_m += 3)
+      for (int tiles_n = 1; tiles_n <= 7; ++tiles_n) {
+        INFO("group " << group << ", " << tiles_m << " x " << tiles_n << " tiles");
+        std::vector<int> seen(static_cast<std::size_t>(tiles_m) * tiles_n, 0);
+        for (int t = 0; t < tiles_m * tiles_n; ++t) {
+          const TileCoord c = tile_coord(t, tiles_m, tiles_n, group);
+          REQUIRE(c.m >= 0);
+          REQUIRE(c.m < tiles_m);
+          REQUIRE(c.n >= 0);
+          REQUIRE(c.n < tiles_n);
+          ++seen[static_cast<std::size_t>(c.m) * tiles_n + c.n];
+          // Tile t lies in group t / (group * tiles_n): its rows, and inside it, down a column
+          // before the next column.
+          CHECK(c.m / group == t / (group * tiles_n));
+          if (t % (group * tiles_n) != 0) {
+            const TileCoord prev = tile_coord(t - 1, tiles_m, tiles_n, group);
+            const bool next_row = c.n == prev.n && c.m == prev.m + 1;
+            const bool next_column = c.n == prev.n + 1 && c.m % group == 0;
+            CHECK((next_row || next_column));
+          }
+        }
+        CHECK(std::all_of(seen.begin(), seen.end(), [](int k) { return k == 1; }));
+      }
+  // 4096 x 4096 in 128 x 256 tiles, groups of 8 tile rows: tiles 0..7 are column 0, rows 0..7.
+  for (int t = 0; t < 8; ++t) {
+    CHECK(tile_coord(t, 32, 16, 8).m == t);
+    CHECK(tile_coord(t, 32, 16, 8).n == 0);
+  }
+  CHECK(tile_coord(8, 32, 16, 8).n == 1);
+  CHECK(tile_coord(128, 32, 16, 8).m == 8);
+}
+
 TEST_CASE("FP16 tensor peak table reproduces the datasheet figures", "[cpu]") {
   // H100 SXM5: 132 SMs at 1830 MHz boost, 989.4 dense FP16 TFLOP/s (NVIDIA H100 datasheet).
   CHECK(132.0 * fp16_flops_per_clock_per_sm(9, 0) * 1.83e9 / 1e12 == Approx(989.4).epsilon(0.002));
@@ -331,7 +367,7 @@ TEST_CASE("bad arguments throw std::invalid_argument before any CUDA call", "[cp
                     Contains("null"));
   CHECK_THROWS_WITH(tensor_gemm(9, 8, 8, 8, 1.0f, p, p, 0.0f, c), Contains("unknown version"));
   CHECK_THROWS_WITH(tensor_gemm(1, 8, 8, 8, 1.0f, p, p, 0.0f, c, nullptr, Activation::relu),
-                    Contains("v2..v5"));
+                    Contains("v2..v7"));
   CHECK_THROWS_WITH(
       tensor_gemm(4, 8, 8, 8, 1.0f, p, p, 0.0f, c, nullptr, static_cast<Activation>(7)),
       Contains("unknown activation"));
@@ -540,14 +576,106 @@ TEST_CASE("v5 TMA + wgmma: every element vs FP64", "[gpu][v5]") {
   check_version_vs_cublas<__nv_bfloat16, float>(5);
 }
 
-TEST_CASE("on compute capability 9.0 every version is supported (an H200 build)", "[gpu][v5]") {
+// The 128x256 kernel's own edges (v6, v7): tiles of 128 x 256 and K tiles of 64, so sizes off
+// both (M not a multiple of 128, N of 256 and of 64, K of 64), more tile rows than one group of 8
+// (M = 1153: 10 tile rows, the last group of 2), several tile columns (N = 520: 3), a K of one
+// partial tile (K = 8) and of many full ones plus a tail (K = 1000: 15 full + 40), a single row
+// and a single 8-wide column. `gemm(M, N, K, alpha, A, B, beta, C, bias, act)` runs the kernel.
+template <class G>
+void check_128x256_edges(G&& gemm) {
+  const auto run = [&](int M, int N, int K, float beta, Activation act, auto in, auto out) {
+    using In = decltype(in);
+    using Out = decltype(out);
+    check_against_reference<In, Out>(M, N, K, 1.0f, beta, act != Activation::none, act,
+                                     [&](const In* A, const In* B, Out* C, const float* bias) {
+                                       gemm(M, N, K, 1.0f, A, B, beta, C, bias, act);
+                                     });
+  };
+  const std::vector<Case> cases = {{257, 264, 72}, {300, 520, 136}, {1153, 264, 64}, {129, 8, 1000},
+                                   {1, 256, 64},   {255, 512, 8},   {384, 248, 200}};
+  for (const Case& c : cases) {
+    run(c.M, c.N, c.K, 0.0f, Activation::none, __half{}, float{});
+    run(c.M, c.N, c.K, 0.5f, Activation::none, __nv_bfloat16{}, __nv_bfloat16{});
+  }
+  run(300, 520, 136, 0.5f, Activation::relu, __half{}, __half{});
+  run(300, 520, 136, 0.0f, Activation::gelu, __nv_bfloat16{}, float{});
+}
+
+// tensor_gemm(version, ...) as a callable for check_128x256_edges.
+struct ByVersion {
+  int version;
+  template <class In, class Out>
+  void operator()(int M, int N, int K, float alpha, const In* A, const In* B, float beta, Out* C,
+                  const float* bias, Activation act) const {
+    tensor_gemm(version, M, N, K, alpha, A, B, beta, C, bias, act);
+  }
+};
+
+TEST_CASE("v6 128x256 tile: every element vs FP64", "[gpu][v6]") {
+  check_all_types(6);
+  check_version_vs_cublas<__nv_bfloat16, float>(6);
+  if (supported(6, DType::f16)) check_128x256_edges(ByVersion{6});
+}
+
+TEST_CASE("v7 persistent: every element vs FP64", "[gpu][v7]") {
+  check_all_types(7);
+  check_version_vs_cublas<__nv_bfloat16, float>(7);
+  if (supported(7, DType::f16)) check_128x256_edges(ByVersion{7});
+}
+
+// Few blocks, many tiles each: the ring's stages and phases run on across tiles (3 and 4 K tiles
+// per output tile against 4 stages, so a tile starts mid-ring), and a block's next loads overlap
+// its write-out.
+TEST_CASE("v7 with 3 and 7 blocks looping over 30 tiles: every element vs FP64", "[gpu][v7]") {
+  if (!supported(7, DType::f16)) return;
+  for (const int blocks : {3, 7})
+    check_128x256_edges([blocks](int M, int N, int K, float alpha, auto A, auto B, float beta,
+                                 auto C, const float* bias, Activation act) {
+      gemm_v7_persistent(blocks, M, N, K, alpha, A, B, beta, C, bias, act, nullptr);
+    });
+  for (const int K : {136, 200})
+    check_against_reference<__half, float>(
+        1153, 520, K, 1.0f, 0.0f, false, Activation::none,
+        [K](const __half* A, const __half* B, float* C, const float*) {
+          gemm_v7_persistent(3, 1153, 520, K, 1.0f, A, B, 0.0f, C, nullptr, Activation::none,
+                             nullptr);
+        });
+}
+
+// v6 stores column pairs when C is aligned to two elements, single elements otherwise: both
+// paths must give the same bits.
+TEST_CASE("v6 with C at an odd element offset gives the same bits as aligned C", "[gpu][v6]") {
+  if (!supported(6, DType::f16)) return;
+  const int M = 200, N = 264, K = 136;
+  const std::size_t an = std::size_t{1} * M * K, bn = std::size_t{1} * K * N,
+                    cn = std::size_t{1} * M * N;
+  course::DeviceBuffer<__half> A(an), B(bn), C(cn), C_odd(cn + 1);
+  course::DeviceBuffer<float> bias(N);
+  fill_uniform(A.data(), an, 31, -1.0f, 1.0f);
+  fill_uniform(B.data(), bn, 32, -1.0f, 1.0f);
+  fill_uniform(bias.data(), N, 33, -1.0f, 1.0f);
+  fill_uniform(C.data(), cn, 34, -1.0f, 1.0f);
+  fill_uniform(C_odd.data() + 1, cn, 34, -1.0f, 1.0f);
+  tensor_gemm(6, M, N, K, 1.0f, A.data(), B.data(), 0.5f, C.data(), bias.data(), Activation::gelu);
+  tensor_gemm(6, M, N, K, 1.0f, A.data(), B.data(), 0.5f, C_odd.data() + 1, bias.data(),
+              Activation::gelu);
+  const std::vector<__half> aligned = course::to_host(C), odd = course::to_host(C_odd);
+  std::size_t differ = 0;
+  for (std::size_t i = 0; i < cn; ++i)
+    if (std::memcmp(&aligned[i], &odd[i + 1], sizeof(__half)) != 0) ++differ;
+  CHECK(differ == 0);
+}
+
+TEST_CASE("on compute capability 9.0 every version is supported (an H200 build)",
+          "[gpu][v5][v6][v7]") {
   int device = 0, major = 0, minor = 0;
   CUDA_CHECK(cudaGetDevice(&device));
   CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
   CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
   if (major * 10 + minor != 90) return;
-  for (int v = 1; v <= 5; ++v)
+  for (const VersionInfo& info : versions())
     for (const DType t : {DType::f16, DType::bf16}) {
+      const int v = info.number;
       std::string why;
       const bool ok = version_supported(v, t, &why);
       INFO("v" << v << " " << to_string(t) << ": " << why);
@@ -555,11 +683,14 @@ TEST_CASE("on compute capability 9.0 every version is supported (an H200 build)"
     }
 }
 
-TEST_CASE("on other GPUs v5 reports NotSupported, not a crash", "[gpu]") {
-  if (version_supported(5, DType::f16)) return;
-  course::DeviceBuffer<__half> A(64), B(64);
-  course::DeviceBuffer<float> C(64);
-  CHECK_THROWS_AS(tensor_gemm(5, 8, 8, 8, 1.0f, A.data(), B.data(), 0.0f, C.data()), NotSupported);
+TEST_CASE("on other GPUs v5..v7 report NotSupported, not a crash", "[gpu]") {
+  for (const int v : {5, 6, 7}) {
+    if (version_supported(v, DType::f16)) continue;
+    course::DeviceBuffer<__half> A(64), B(64);
+    course::DeviceBuffer<float> C(64);
+    CHECK_THROWS_AS(tensor_gemm(v, 8, 8, 8, 1.0f, A.data(), B.data(), 0.0f, C.data()),
+                    NotSupported);
+  }
 }
 
 TEST_CASE("baselines: cublasGemmEx and cuBLASLt (bias + ReLU/GELU) vs FP64", "[gpu][baseline]") {
