@@ -335,13 +335,13 @@ using TileV3 = MmaTile<128, 128, 1, true>;
 using TileV4 = MmaTile<128, 128, 4, true>;
 using TileV4Wide = MmaTile<128, 256, 3, true>;
 
-// ---------------------------------------------------------------- v4 tuned: 128x256x64, 64x64
-// warps
+// ---------------------------------------------------------------- v4 tuned (128x256x64)
 
 // Two adjacent outputs C[m][n], C[m][n + 1] (n even, N % 8 == 0: both inside C when n is),
 // store_one's arithmetic for each; with `vector` (C aligned for it) read and written as one
 // 8-byte (FP32) or 4-byte (FP16 / BF16) access, else one element at a time. Only the access
 // differs between the two, so the rounding does not.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800  // used only by the kernel below
 __device__ __forceinline__ float2 load_two(const float* p) {
   return *reinterpret_cast<const float2*>(p);
 }
@@ -383,6 +383,7 @@ __device__ __forceinline__ void store_pair(const Epilogue& e, Out* C, int N, int
     p[1] = from_float<Out>(v1);
   }
 }
+#endif
 
 // The tuned v4 (tensor_gemm.cuh, namespace v4tuned, says what each choice buys). The ring is
 // the header's pipeline_* ring with kStages stages; what changes is where its two events sit,
