@@ -1,11 +1,13 @@
 // Lesson 10 benchmark: every version and the cuBLAS baselines in one run (make bench LESSON=10).
 //
 //   all_versions_4096/<name>     FP16 in and out, FP32 accumulation, 4096^3: cuBLAS, v1..v7, and
-//                                v4 with its 128x256 tile (gemm_v4_tile)
+//                                v4 with its other tiles (gemm_v4_tile): 128x128 with K tiles of
+//                                32 (v4 as first written), 128x256 (K 32), the tuned 3-stage
 //   bf16_4096/<name>             the same in BF16: cuBLAS, v4..v7
 //   epilogue_4096/<name>         C = GELU(A B + bias): cuBLASLt's GELU_BIAS epilogue, v4..v7
 //                                fused, and v5..v7 without an epilogue (what the fusion costs)
-//   sweep/<name>/<n>             squares n = 512 .. 8192: cuBLAS, v4 (both tiles), v5..v7
+//   sweep/<name>/<n>             squares n = 512 .. 8192: cuBLAS, v4 (tuned and 128x128 K 32),
+//                                v5..v7
 //   fc/<name>/<batch>            a fully connected layer 4096 -> 4096 at batch 1..32 (M = batch)
 //   conv1x1/<name>/<MxNxK>       1x1 convolutions as GEMM (M = batch x pixels, N = out channels,
 //                                K = in channels)
@@ -18,6 +20,7 @@
 #include <map>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/bench.hpp"
@@ -69,9 +72,9 @@ std::map<std::string, std::string>& baseline_shape() {
   return m;
 }
 
-// What one benchmark runs: `who` = -1 cuBLAS, -2 cuBLASLt, kV4Wide v4 with the 128x256 tile,
-// else a version number.
-constexpr int kV4Wide = 40;
+// What one benchmark runs: `who` = -1 cuBLAS, -2 cuBLASLt, kV4Tile + t v4 with V4Tile t, else a
+// version number.
+constexpr int kV4Tile = 40;
 struct Spec {
   std::string name;
   int M, N, K;
@@ -89,9 +92,9 @@ void enqueue(const Spec& s, Problem<T>& p, cudaStream_t st) {
   else if (s.who == -2)
     cublaslt_gemm(blas(), p.M, p.N, p.K, 1.0f, p.A.data(), p.B.data(), 0.0f, p.C.data(), bias,
                   s.act, st);
-  else if (s.who == kV4Wide)
-    gemm_v4_tile(V4Tile::t128x256_s3, p.M, p.N, p.K, 1.0f, p.A.data(), p.B.data(), 0.0f, p.C.data(),
-                 bias, s.act, st);
+  else if (s.who >= kV4Tile)
+    gemm_v4_tile(static_cast<V4Tile>(s.who - kV4Tile), p.M, p.N, p.K, 1.0f, p.A.data(), p.B.data(),
+                 0.0f, p.C.data(), bias, s.act, st);
   else
     tensor_gemm(s.who, p.M, p.N, p.K, 1.0f, p.A.data(), p.B.data(), 0.0f, p.C.data(), bias, s.act,
                 st);
@@ -135,8 +138,11 @@ bool register_all() {
           {prefix + version_info(v).name + suffix, M, N, K, bf16, v, Activation::none, base});
   };
   add_group("all_versions_4096/", "", 4096, 4096, 4096, false, {1, 2, 3, 4, 5, 6, 7});
-  specs.push_back({"all_versions_4096/v4_pipeline_128x256", 4096, 4096, 4096, false, kV4Wide,
-                   Activation::none, "cublas_fp16"});
+  for (const auto& [suffix, tile] :
+       {std::pair{"_128x128_k32", V4Tile::t128x128_s4}, std::pair{"_128x256", V4Tile::t128x256_s3},
+        std::pair{"_128x256_k64_s3", V4Tile::t128x256_k64_s3}})
+    specs.push_back({std::string("all_versions_4096/v4_pipeline") + suffix, 4096, 4096, 4096, false,
+                     kV4Tile + static_cast<int>(tile), Activation::none, "cublas_fp16"});
   add_group("bf16_4096/", "", 4096, 4096, 4096, true, {4, 5, 6, 7});
   specs.push_back({"epilogue_4096/cublaslt_bias_gelu", 4096, 4096, 4096, false, -2,
                    Activation::gelu, "cublaslt_gelu"});
@@ -148,8 +154,9 @@ bool register_all() {
                      4096, 4096, false, v, Activation::none, "cublaslt_gelu"});
   for (const int n : {512, 1024, 2048, 4096, 8192}) {
     add_group("sweep/", "/" + std::to_string(n), n, n, n, false, {4, 5, 6, 7});
-    specs.push_back({"sweep/v4_pipeline_128x256/" + std::to_string(n), n, n, n, false, kV4Wide,
-                     Activation::none, "cublas_fp16"});
+    specs.push_back({"sweep/v4_pipeline_128x128_k32/" + std::to_string(n), n, n, n, false,
+                     kV4Tile + static_cast<int>(V4Tile::t128x128_s4), Activation::none,
+                     "cublas_fp16"});
   }
   for (const int batch : {1, 2, 4, 8, 16, 32})
     add_group("fc/", "/batch" + std::to_string(batch), batch, 4096, 4096, false, {4, 5, 6, 7});

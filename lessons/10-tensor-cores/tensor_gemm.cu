@@ -41,12 +41,6 @@ __device__ __forceinline__ unsigned smem_u32(const void* p) {
   return static_cast<unsigned>(__cvta_generic_to_shared(p));
 }
 
-// 16 bytes global -> shared, bypassing L1 (.cg); src_bytes < 16 zero-fills the rest (0: all
-// zeros, nothing read).
-__device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, int src_bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(smem)), "l"(gmem),
-               "r"(src_bytes));
-}
 __device__ __forceinline__ void cp_async_commit() {
   asm volatile("cp.async.commit_group;\n" ::);
 }
@@ -55,15 +49,43 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
 }
 
-__device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], const void* smem) {
+// 16 bytes global -> shared, bypassing L1 (.cg); src_bytes < 16 zero-fills the rest (0: all
+// zeros, nothing read). `smem` is an address in the shared window (32 bits): the tuned v4
+// computes its addresses once, as integers, outside the K loop.
+__device__ __forceinline__ void cp_async_16(unsigned smem, const void* gmem, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem), "l"(gmem),
+               "r"(src_bytes));
+}
+__device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], unsigned smem) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_u32(smem)));
+               : "r"(smem));
 }
-__device__ __forceinline__ void ldmatrix_x4_trans(unsigned (&r)[4], const void* smem) {
+__device__ __forceinline__ void ldmatrix_x4_trans(unsigned (&r)[4], unsigned smem) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_u32(smem)));
+               : "r"(smem));
+}
+
+// The same from a generic pointer into shared memory (v2..v4's template).
+__device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, int src_bytes) {
+  cp_async_16(smem_u32(smem), gmem, src_bytes);
+}
+__device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], const void* smem) {
+  ldmatrix_x4(r, smem_u32(smem));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(unsigned (&r)[4], const void* smem) {
+  ldmatrix_x4_trans(r, smem_u32(smem));
+}
+
+template <int MI, int NJ>
+__device__ __forceinline__ void zero_accumulators(float (&acc)[MI][NJ][4]) {
+#pragma unroll
+  for (int i = 0; i < MI; ++i)
+#pragma unroll
+    for (int j = 0; j < NJ; ++j)
+#pragma unroll
+      for (int q = 0; q < 4; ++q) acc[i][j][q] = 0.0f;
 }
 
 // D = A * B + D, m16n8k16, FP32 accumulators (fragment layouts: mma_*_element in the header).
@@ -241,12 +263,7 @@ __global__ void __launch_bounds__(T::kThreads)
   };
 
   float acc[MI][NJ][4];  // [m fragment][n fragment][element], layout mma_c_element
-#pragma unroll
-  for (int i = 0; i < MI; ++i)
-#pragma unroll
-    for (int j = 0; j < NJ; ++j)
-#pragma unroll
-      for (int q = 0; q < 4; ++q) acc[i][j][q] = 0.0f;
+  zero_accumulators(acc);
 
   const auto multiply = [&](int s) {
     const In* as = As + s * T::kAStage;
@@ -318,6 +335,202 @@ using TileV3 = MmaTile<128, 128, 1, true>;
 using TileV4 = MmaTile<128, 128, 4, true>;
 using TileV4Wide = MmaTile<128, 256, 3, true>;
 
+// ---------------------------------------------------------------- v4 tuned (128x256x64)
+
+// Two adjacent outputs C[m][n], C[m][n + 1] (n even, N % 8 == 0: both inside C when n is),
+// store_one's arithmetic for each; with `vector` (C aligned for it) read and written as one
+// 8-byte (FP32) or 4-byte (FP16 / BF16) access, else one element at a time. Only the access
+// differs between the two, so the rounding does not.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800  // used only by the kernel below
+__device__ __forceinline__ float2 load_two(const float* p) {
+  return *reinterpret_cast<const float2*>(p);
+}
+__device__ __forceinline__ float2 load_two(const __half* p) {
+  return __half22float2(*reinterpret_cast<const __half2*>(p));
+}
+__device__ __forceinline__ float2 load_two(const __nv_bfloat16* p) {
+  return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(p));
+}
+__device__ __forceinline__ void store_two(float* p, float a, float b) {
+  *reinterpret_cast<float2*>(p) = make_float2(a, b);
+}
+__device__ __forceinline__ void store_two(__half* p, float a, float b) {
+  *reinterpret_cast<__half2*>(p) = __floats2half2_rn(a, b);
+}
+__device__ __forceinline__ void store_two(__nv_bfloat16* p, float a, float b) {
+  *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(a, b);
+}
+template <class Out>
+__device__ __forceinline__ void store_pair(const Epilogue& e, Out* C, int N, int m, int n,
+                                           float acc0, float acc1, bool vector) {
+  Out* p = C + static_cast<std::size_t>(m) * N + n;
+  float v0 = e.alpha * acc0, v1 = e.alpha * acc1;
+  if (e.beta != 0.0f) {
+    const float2 c = vector ? load_two(p) : make_float2(to_float(p[0]), to_float(p[1]));
+    v0 = fmaf(e.beta, c.x, v0);
+    v1 = fmaf(e.beta, c.y, v1);
+  }
+  if (e.bias != nullptr) {
+    v0 += e.bias[n];
+    v1 += e.bias[n + 1];
+  }
+  v0 = activate(v0, e.act);
+  v1 = activate(v1, e.act);
+  if (vector) {
+    store_two(p, v0, v1);
+  } else {
+    p[0] = from_float<Out>(v0);
+    p[1] = from_float<Out>(v1);
+  }
+}
+#endif
+
+// The tuned v4 (tensor_gemm.cuh, namespace v4tuned, says what each choice buys). The ring is
+// the header's pipeline_* ring with kStages stages; what changes is where its two events sit,
+// so that ldmatrix for the next k step is always in flight while this step's mma issue:
+//  - fragments are double-buffered: k step ks + 1's ldmatrix are issued before k step ks's 32
+//    mma, and the last k step of tile t loads k step 0 of tile t + 1;
+//  - so tile t + 1 must have landed, and tile t's last ldmatrix must be done, before the last
+//    k step of tile t: the wait + barrier of iteration t + 1 moves to just after tile t's last
+//    ldmatrix (k step KS - 2, before its mma). The stage written after that barrier (tile
+//    t + kStages, into the stage of tile t) is then read by no one any more, as in the simple
+//    ring, and the group committed in iteration t (before the barrier) keeps wait_group
+//    kStages - 2 meaning "tile t + 1 has landed".
+template <class In, class Out, int kStages>
+__global__ void __launch_bounds__(v4tuned::kThreads, 1)
+    mma_tuned_kernel(int M, int N, int K, const In* __restrict__ A, const In* __restrict__ B,
+                     Out* __restrict__ C, Epilogue e) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  using namespace v4tuned;
+  static_assert(KS >= 3 && KS % 2 == 0, "the k-step schedule below needs an even KS >= 3");
+  static_assert(kStages >= 2, "a ring needs two stages");
+  constexpr unsigned kAStageBytes = kAStage * 2, kBStageBytes = kBStage * 2;
+  extern __shared__ __align__(1024) unsigned char smem[];
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const TileCoord tile = grouped_tile(blockIdx.x, ceil_div(M, BM), ceil_div(N, BN), kGroupM);
+  const int bm = tile.m * BM, bn = tile.n * BN;
+  const RowCol wo = warp_origin(warp);
+  const unsigned sA = smem_u32(smem), sB = sA + kStages * kAStageBytes;
+
+  // cp.async: this thread's chunks of A (rows a.row + 32 p, one column) and of B (rows
+  // b.row + 8 p, one column); which rows and columns exist is decided once, here. Chunks outside
+  // A or B are zero-filled (src size 0, and the source is then A or B itself, never read).
+  const RowCol a = a_chunk(tid, 0), b = b_chunk(tid, 0);
+  const unsigned a_st = sA + 2 * a_store(tid), b_st = sB + 2 * b_store(tid);
+  const In* a_src = A + static_cast<std::size_t>(bm + a.row) * K + a.col;
+  const In* b_src = B + static_cast<std::size_t>(b.row) * N + bn + b.col;
+  unsigned a_rows_ok = 0;
+#pragma unroll
+  for (int p = 0; p < kALoads; ++p)
+    if (bm + a.row + p * kARowsPerPass < M) a_rows_ok |= 1u << p;
+  const bool b_col_ok = bn + b.col < N;
+  const auto load_a = [&](int t, int s) {
+    const int k0 = t * BK;
+    const bool k_ok = k0 + a.col < K;
+#pragma unroll
+    for (int p = 0; p < kALoads; ++p) {
+      const bool ok = k_ok && ((a_rows_ok >> p) & 1u);
+      const In* src = a_src + static_cast<std::size_t>(p * kARowsPerPass) * K + k0;
+      cp_async_16(a_st + s * kAStageBytes + p * kARowsPerPass * BK * 2, ok ? src : A, ok ? 16 : 0);
+    }
+  };
+  const auto load_b = [&](int t, int s) {
+    const int k0 = t * BK;
+#pragma unroll
+    for (int p = 0; p < kBLoads; ++p) {
+      const bool ok = b_col_ok && k0 + b.row + p * kBRowsPerPass < K;
+      const In* src = b_src + static_cast<std::size_t>(k0 + p * kBRowsPerPass) * N;
+      cp_async_16(b_st + s * kBStageBytes + p * kBRowsPerPass * BN * 2, ok ? src : B, ok ? 16 : 0);
+    }
+  };
+
+  // ldmatrix: per-lane bases; inside the loop only the stage and compile-time XORs / offsets.
+  const int a_ld = a_load_base(warp, lane), b_ld = b_load_base(warp, lane);
+  unsigned af[2][MI][4], bf[2][NJ][2];  // fragments of two k steps: the one multiplied, the next
+  const auto load_fragments = [&](int buf, int s, int ks) {
+    const unsigned as = sA + s * kAStageBytes, bs = sB + s * kBStageBytes;
+#pragma unroll
+    for (int i = 0; i < MI; ++i) ldmatrix_x4(af[buf][i], as + 2 * a_load(a_ld, i, ks));
+#pragma unroll
+    for (int j = 0; j < NJ / 2; ++j) {  // one ldmatrix.x4.trans: n fragments 2j and 2j + 1
+      unsigned r[4];
+      ldmatrix_x4_trans(r, bs + 2 * b_load(b_ld, j, ks));
+      bf[buf][2 * j][0] = r[0], bf[buf][2 * j][1] = r[1];
+      bf[buf][2 * j + 1][0] = r[2], bf[buf][2 * j + 1][1] = r[3];
+    }
+  };
+
+  float acc[MI][NJ][4];  // [m fragment][n fragment][element], layout mma_c_element
+  zero_accumulators(acc);
+
+  const int tiles = ceil_div(K, BK);
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < tiles) {
+      load_a(s, pipeline_stage(s, kStages));
+      load_b(s, pipeline_stage(s, kStages));
+    }
+    cp_async_commit();  // an empty group past the last tile keeps the group count regular
+  }
+  cp_async_wait<kStages - 2>();  // tile 0 has landed
+  __syncthreads();
+  load_fragments(0, 0, 0);
+
+  int read = 0, write = kStages - 1;  // pipeline_stage(t), pipeline_stage(t + kStages - 1)
+  for (int t = 0; t < tiles; ++t) {
+    const int next_read = read + 1 == kStages ? 0 : read + 1;
+    const int issue = pipeline_tile_issued(t, kStages, tiles);
+#pragma unroll
+    for (int ks = 0; ks < KS; ++ks) {
+      if (ks + 1 < KS)
+        load_fragments((ks + 1) % 2, read, ks + 1);
+      else if (t + 1 < tiles)
+        load_fragments(0, next_read, 0);  // tile t + 1, landed at the barrier of k step KS - 2
+      // Tile t + kStages - 1 into the stage of tile t - 1: A at k step 0, B at 1 (spread over
+      // two steps' issue), one group, committed before the barrier below.
+      if (ks == 0 && issue >= 0) load_a(issue, write);
+      if (ks == 1) {
+        if (issue >= 0) load_b(issue, write);
+        cp_async_commit();
+      }
+      if (ks == KS - 2) {
+        cp_async_wait<kStages - 2>();  // tile t + 1 has landed (for this thread's copies)
+        __syncthreads();               // ... for every thread's, and tile t's ldmatrix are done
+      }
+      const int buf = ks % 2;
+#pragma unroll
+      for (int i = 0; i < MI; ++i)
+#pragma unroll
+        for (int jj = 0; jj < NJ; ++jj) {
+          const int j = i % 2 == 0 ? jj : NJ - 1 - jj;  // serpentine: B registers reused
+          mma_16816<In>(acc[i][j], af[buf][i], bf[buf][j][0], bf[buf][j][1]);
+        }
+    }
+    read = next_read;
+    write = write + 1 == kStages ? 0 : write + 1;
+  }
+  cp_async_wait<0>();  // only empty groups are left; nothing in flight when the block exits
+
+  // Write-out: accumulator registers (0, 1) and (2, 3) are adjacent columns of rows group and
+  // group + 8 (mma_c_element): one 8-byte (FP32) or 4-byte (half) store each, where C itself is
+  // aligned for it (the API asks 16 bytes of A and B only; cudaMalloc gives 256).
+  const bool pairs = reinterpret_cast<std::uintptr_t>(C) % (2 * sizeof(Out)) == 0;
+#pragma unroll
+  for (int i = 0; i < MI; ++i)
+#pragma unroll
+    for (int j = 0; j < NJ; ++j)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const RowCol rc = mma_c_element(lane, 2 * h);
+        const int m = bm + wo.row + i * 16 + rc.row, n = bn + wo.col + j * 8 + rc.col;
+        if (m < M && n < N)
+          store_pair(e, C, N, m, n, acc[i][j][2 * h], acc[i][j][2 * h + 1], pairs);
+      }
+#elif defined(__CUDA_ARCH__)
+  __trap();  // compiled for a GPU without mma.m16n8k16 / cp.async; the launcher refuses
+#endif
+}
+
 // ---------------------------------------------------------------- launch helpers
 
 int current_cc(int* major, int* minor) {
@@ -349,6 +562,58 @@ void launch_mma(const char* who, int M, int N, int K, const In* A, const In* B, 
   CUDA_CHECK_LAUNCH();
 }
 
+template <class In, class Out, int kStages>
+void launch_mma_tuned(const char* who, int M, int N, int K, const In* A, const In* B, Out* C,
+                      const Epilogue& e, cudaStream_t stream) {
+  auto kernel = mma_tuned_kernel<In, Out, kStages>;
+  constexpr int bytes = v4tuned::smem_bytes(kStages);
+  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  const long long blocks = static_cast<long long>(ceil_div(M, v4tuned::BM)) *
+                           ceil_div(N, v4tuned::BN);  // a 1-D grid: grouped_tile maps it
+  if (blocks > INT_MAX)
+    throw std::invalid_argument(std::string(who) + ": " + std::to_string(blocks) +
+                                " blocks exceed a 1-D grid");
+  kernel<<<static_cast<unsigned>(blocks), v4tuned::kThreads, bytes, stream>>>(M, N, K, A, B, C, e);
+  CUDA_CHECK_LAUNCH();
+}
+
+// Dynamic shared memory a tile needs, and what the current device grants one block.
+int v4_tile_smem_bytes(V4Tile tile) {
+  switch (tile) {
+    case V4Tile::t128x128_s4:
+      return TileV4::kSmemBytes;
+    case V4Tile::t128x256_s3:
+      return TileV4Wide::kSmemBytes;
+    case V4Tile::t128x256_k64_s4:
+      return v4tuned::smem_bytes(4);
+    case V4Tile::t128x256_k64_s3:
+      return v4tuned::smem_bytes(3);
+  }
+  throw std::invalid_argument("lesson10: unknown v4 tile " +
+                              std::to_string(static_cast<int>(tile)));
+}
+int smem_per_block_optin() {
+  int device = 0, bytes = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  return bytes;
+}
+
+template <class In, class Out>
+void launch_v4(V4Tile tile, const char* who, int M, int N, int K, const In* A, const In* B, Out* C,
+               const Epilogue& e, cudaStream_t stream) {
+  switch (tile) {
+    case V4Tile::t128x128_s4:
+      return launch_mma<In, Out, TileV4>(who, M, N, K, A, B, C, e, stream);
+    case V4Tile::t128x256_s3:
+      return launch_mma<In, Out, TileV4Wide>(who, M, N, K, A, B, C, e, stream);
+    case V4Tile::t128x256_k64_s4:
+      return launch_mma_tuned<In, Out, 4>(who, M, N, K, A, B, C, e, stream);
+    case V4Tile::t128x256_k64_s3:
+      return launch_mma_tuned<In, Out, 3>(who, M, N, K, A, B, C, e, stream);
+  }
+}
+
 // C = act(beta * C + bias) for K == 0 (an empty sum): any version's answer.
 template <class Out>
 __global__ void k0_kernel(int M, int N, Out* C, Epilogue e) {
@@ -367,7 +632,8 @@ const std::vector<VersionInfo>& versions() {
       {1, "v1_wmma", "WMMA 16x16x16 fragments, padded shared memory, plain loads"},
       {2, "v2_mma_ldmatrix", "mma.sync m16n8k16 fed by ldmatrix, padded rows, cp.async"},
       {3, "v3_swizzle", "XOR-swizzled shared memory instead of padding"},
-      {4, "v4_pipeline", "4-stage cp.async pipeline: loads overlap the tensor cores"},
+      {4, "v4_pipeline",
+       "cp.async pipeline (loads overlap the tensor cores), tuned: 128x256x64 tile, 64x64 warps"},
       {5, "v5_wgmma", "Hopper: TMA + wgmma, producer and consumer warp groups (sm_90a)"},
       {6, "v6_wgmma_128x256",
        "v5 + 128x256 tile (m64n256k16), setmaxnreg, wgmma in flight, grouped tile order"},
@@ -481,10 +747,7 @@ void tensor_gemm(int version, int M, int N, int K, float alpha, const In* A, con
       launch_mma<In, Out, TileV3>(who.c_str(), M, N, K, A, B, C, e, stream);
       break;
     case 4:
-      if (kDefaultV4Tile == V4Tile::t128x256_s3)
-        launch_mma<In, Out, TileV4Wide>(who.c_str(), M, N, K, A, B, C, e, stream);
-      else
-        launch_mma<In, Out, TileV4>(who.c_str(), M, N, K, A, B, C, e, stream);
+      launch_v4<In, Out>(v4_tile_for_device(), who.c_str(), M, N, K, A, B, C, e, stream);
       break;
     case 5:
       gemm_v5_wgmma<In, Out>(M, N, K, alpha, A, B, beta, C, bias, act, stream);
@@ -498,28 +761,41 @@ void tensor_gemm(int version, int M, int N, int K, float alpha, const In* A, con
   }
 }
 
+const char* to_string(V4Tile tile) {
+  static const char* const names[] = {"128x128_s4", "128x256_s3", "128x256_k64_s4",
+                                      "128x256_k64_s3"};
+  const int i = static_cast<int>(tile);
+  return i >= 0 && i < 4 ? names[i] : "unknown";
+}
+
+V4Tile v4_tile_for_device() {
+  const int optin = smem_per_block_optin();
+  for (const V4Tile t : {kDefaultV4Tile, V4Tile::t128x256_k64_s3})
+    if (v4_tile_smem_bytes(t) <= optin) return t;
+  return V4Tile::t128x128_s4;  // 64 KiB: every GPU with compute capability 8.0+
+}
+
 template <class In, class Out>
 void gemm_v4_tile(V4Tile tile, int M, int N, int K, float alpha, const In* A, const In* B,
                   float beta, Out* C, const float* bias, Activation act, cudaStream_t stream) {
-  if (tile == kDefaultV4Tile) {
-    tensor_gemm(4, M, N, K, alpha, A, B, beta, C, bias, act, stream);
-    return;
-  }
-  const char* who = "gemm_v4_tile 128x256";
-  if (tile != V4Tile::t128x256_s3)
-    throw std::invalid_argument("gemm_v4_tile: unknown tile " +
-                                std::to_string(static_cast<int>(tile)));
+  const std::string who = std::string("gemm_v4_tile ") + to_string(tile);
+  const int bytes = v4_tile_smem_bytes(tile);  // throws for an unknown tile
   if (static_cast<int>(act) < 0 || static_cast<int>(act) > 2)
-    throw std::invalid_argument(std::string(who) + ": unknown activation");
-  if (!check_tensor_gemm_args(who, M, N, K, A, B, C, true)) return;
+    throw std::invalid_argument(who + ": unknown activation");
+  if (!check_tensor_gemm_args(who.c_str(), M, N, K, A, B, C, true)) return;
   std::string why;
   if (!version_supported(4, dtype_of<In>(), &why))
-    throw NotSupported(std::string(who) + ": not supported on this GPU: " + why);
+    throw NotSupported(who + ": not supported on this GPU: " + why);
+  const int optin = smem_per_block_optin();
+  if (bytes > optin)
+    throw NotSupported(who + ": not supported on this GPU: needs " + std::to_string(bytes) +
+                       " bytes of shared memory per block, the GPU grants " +
+                       std::to_string(optin));
   if (K == 0) {  // the empty sum: the same answer as every version
     tensor_gemm(4, M, N, K, alpha, A, B, beta, C, bias, act, stream);
     return;
   }
-  launch_mma<In, Out, TileV4Wide>(who, M, N, K, A, B, C, Epilogue{alpha, beta, bias, act}, stream);
+  launch_v4<In, Out>(tile, who.c_str(), M, N, K, A, B, C, Epilogue{alpha, beta, bias, act}, stream);
 }
 
 #define LESSON10_INSTANTIATE(In, Out)                                                              \

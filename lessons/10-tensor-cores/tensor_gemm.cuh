@@ -14,8 +14,12 @@
 //                  bytes so ldmatrix's eight row addresses fall in eight different bank groups
 //   v3_swizzle     the same kernel with unpadded shared memory and an XOR swizzle of 16-byte
 //                  chunks (swizzle_chunk below): conflict-free without wasting the padding
-//   v4_pipeline    v3 + a 4-stage cp.async pipeline (loads of tile t+3 in flight while tile t is
-//                  multiplied), 128x128x32 block tile, 8 warps of 64x32: the Ampere-style kernel
+//   v4_pipeline    v3 + a cp.async pipeline (loads of tile t+3 in flight while tile t is
+//                  multiplied): the Ampere-style kernel. First written as the same template with
+//                  4 stages of a 128x128x32 tile (8 warps of 64x32; V4Tile::t128x128_s4, still
+//                  timed), by default the tuned kernel of namespace v4tuned below: 128x256x64
+//                  tile, 8 warps of 64x64, 4 stages, fragments double-buffered across k steps,
+//                  addresses precomputed outside the K loop, grouped block rasterisation
 //   v5_wgmma       Hopper (sm_90a only): TMA (cp.async.bulk.tensor) fills a 4-stage ring of
 //                  128B-swizzled tiles, completing on mbarriers; one producer warp group issues
 //                  TMA, two consumer warp groups issue wgmma.m64n128k16 from shared memory
@@ -198,6 +202,90 @@ __host__ __device__ inline TileCoord tile_coord(int tile, int tiles_m, int tiles
   return {first_m + in_group % rows, in_group / rows};
 }
 
+// ---------------------------------------------------------------- v4's tuned tile (CPU-tested)
+//
+// v4's default block tile, written for issue slots rather than for brevity (the template
+// mma_kernel of v2..v4 recomputes every address in the loop). What each choice buys:
+//  - 128 x 256 of C per block, K tiles of 64: half the barriers and cp.async commits per FLOP
+//    of a 32-deep tile, and A's rows are 64 halves = 128 bytes = 8 chunks, so the swizzle is
+//    chunk ^ (row % 8) (swizzle_chunk with 8 chunks; B's rows of 256 halves use the same XOR on
+//    the low 3 chunk bits): conflict-free for ldmatrix and for the cp.async writes.
+//  - 8 warps of 64 x 64 (2 down M, 4 across N): MI = 4 m16 fragments of A and NJ = 8 n8 of B
+//    give 32 mma per 8 ldmatrix.x4, and 128 FP32 accumulators per thread.
+//  - every shared-memory address is a per-thread base computed once, before the K loop, plus
+//    the stage and a compile-time XOR or offset: the XOR with 16 * ks (A) or 16 * j (B) halves
+//    flips exactly the chunk bits that the swizzle permutes, because the base's chunk bits
+//    already hold (lane's chunk) ^ (row % 8) (the functions below; the tests compare them with
+//    swizzled_offset for every thread, lane, fragment and k step).
+//  - blocks are rasterised in groups of kGroupM block rows (grouped_tile): the blocks resident
+//    at one time share A's and B's tiles in L2.
+namespace v4tuned {
+constexpr int BM = 128, BN = 256, BK = 64, kThreads = 256;
+constexpr int kWarpsN = 4, WM = 64, WN = 64;            // 2 x 4 warps of 64 x 64
+constexpr int MI = WM / 16, NJ = WN / 8, KS = BK / 16;  // 4 m16, 8 n8 fragments; 4 k16 steps
+constexpr int kAStage = BM * BK, kBStage = BK * BN;     // halves per stage
+constexpr int kALoads = BM * BK / 8 / kThreads;         // 16-byte chunks per thread: 4 of A
+constexpr int kBLoads = BK * BN / 8 / kThreads;         // and 8 of B
+constexpr int kARowsPerPass = kThreads / (BK / 8);      // 32 rows of A per pass of the block
+constexpr int kBRowsPerPass = kThreads / (BN / 8);      // 8 rows of B
+constexpr int kGroupM = 16;                             // block rows per raster group
+// Shared memory for `stages` stages: 48 KiB each (4 stages: 192 KiB, within Hopper's 227).
+constexpr int smem_bytes(int stages) {
+  return stages * (kAStage + kBStage) * 2;
+}
+
+// cp.async: thread `tid` copies chunk p (0..kALoads-1) of the A tile, tile row and column
+// a_chunk(tid, p), to half offset a_store(tid) + p * kARowsPerPass * BK of the stage (the row
+// step is a multiple of 8, the swizzle's period, so one base serves every p). B likewise.
+__host__ __device__ inline RowCol a_chunk(int tid, int p) {
+  return {tid / (BK / 8) + p * kARowsPerPass, (tid % (BK / 8)) * 8};
+}
+__host__ __device__ inline int a_store(int tid) {
+  const RowCol rc = a_chunk(tid, 0);
+  return swizzled_offset(rc.row, rc.col, BK);
+}
+__host__ __device__ inline RowCol b_chunk(int tid, int p) {
+  return {tid / (BN / 8) + p * kBRowsPerPass, (tid % (BN / 8)) * 8};
+}
+__host__ __device__ inline int b_store(int tid) {
+  const RowCol rc = b_chunk(tid, 0);
+  return swizzled_offset(rc.row, rc.col, BN);
+}
+
+// The warp tile's origin in the block tile.
+__host__ __device__ inline RowCol warp_origin(int warp) {
+  return {(warp / kWarpsN) * WM, (warp % kWarpsN) * WN};
+}
+// ldmatrix.x4 of A's m16 fragment i at k step ks (k = 16 ks .. 16 ks + 15): lane's half offset
+// is a_load(a_load_base(warp, lane), i, ks). The base is the lane's row at k step 0; 16 ks halves
+// is 2 ks chunks, which XOR into the chunk bits (the lane's chunk is 0 or 1, so adding 2 ks is
+// XOR-ing it); 16 rows down is + 16 BK.
+__host__ __device__ inline int a_load_base(int warp, int lane) {
+  const RowCol la = ldmatrix_a_address(lane);
+  return swizzled_offset(warp_origin(warp).row + la.row, la.col, BK);
+}
+__host__ __device__ inline int a_load(int base, int i, int ks) {
+  return (base ^ (ks * 16)) + i * 16 * BK;
+}
+// ldmatrix.x4.trans of B's n16 pair j (n fragments 2j, 2j+1) at k step ks: the XOR picks the
+// pair's chunks within the warp's 64 columns (8 chunks, one swizzle period), 16 k rows down is
+// + 16 BN.
+__host__ __device__ inline int b_load_base(int warp, int lane) {
+  const RowCol lb = ldmatrix_b_trans_address(lane);
+  return swizzled_offset(lb.row, warp_origin(warp).col + lb.col, BN);
+}
+__host__ __device__ inline int b_load(int base, int j, int ks) {
+  return (base ^ (j * 16)) + ks * 16 * BN;
+}
+
+// Grouped rasterisation: block `block` of a 1-D grid of tiles_m x tiles_n computes C tile
+// (m, n): tile_coord's order (above, shared with v6), groups of group_m block rows.
+__host__ __device__ inline TileCoord grouped_tile(int block, int tiles_m, int tiles_n,
+                                                  int group_m) {
+  return tile_coord(block, tiles_m, tiles_n, group_m);
+}
+}  // namespace v4tuned
+
 // ---------------------------------------------------------------- the launchers
 
 // A version the GPU or the build lacks: report "not supported on this GPU", not a failure.
@@ -230,12 +318,28 @@ void tensor_gemm(int version, int M, int N, int K, float alpha, const In* A, con
                  float beta, Out* C, const float* bias = nullptr, Activation act = Activation::none,
                  cudaStream_t stream = nullptr);
 
-// v4's block tile. 128x128 (4 stages, 64 KiB of shared memory, 64x32 per warp) is the default;
-// 128x256 (3 stages, 72 KiB, 64x64 per warp: twice the MMAs per ldmatrix of A) is the CUTLASS
-// Ampere default, timed beside it by the benchmark so the default can be chosen per GPU.
-enum class V4Tile : int { t128x128_s4 = 0, t128x256_s3 = 1 };
-constexpr V4Tile kDefaultV4Tile = V4Tile::t128x128_s4;
-// v4 with the given tile; same conventions and errors as tensor_gemm(4, ...).
+// v4's block tiles, each timed by the benchmark so the steps keep their numbers:
+//  t128x128_s4      the pipeline alone: mma_kernel with K tiles of 32, 4 stages (64 KiB), 64x32
+//                   per warp (v4 as first written: 288 TFLOP/s on the H200)
+//  t128x256_s3      the same kernel with 64x64 per warp, 3 stages (72 KiB)
+//  t128x256_k64_s4  the default: the tuned kernel of namespace v4tuned (K tiles of 64, 64x64 per
+//                   warp, fragments double-buffered, precomputed addresses, grouped raster),
+//                   4 stages: 192 KiB of shared memory
+//  t128x256_k64_s3  the same with 3 stages (144 KiB: fits an A100's 163 KiB)
+// tensor_gemm(4, ...) takes v4_tile_for_device(): the default where the GPU's shared memory
+// per block allows it, else the 3-stage tuned tile, else 128x128.
+enum class V4Tile : int {
+  t128x128_s4 = 0,
+  t128x256_s3 = 1,
+  t128x256_k64_s4 = 2,
+  t128x256_k64_s3 = 3
+};
+constexpr V4Tile kDefaultV4Tile = V4Tile::t128x256_k64_s4;
+const char* to_string(V4Tile tile);  // "128x256_k64_s4"
+// The tile tensor_gemm(4, ...) uses on the current device. Throws CudaError if there is no device.
+V4Tile v4_tile_for_device();
+// v4 with the given tile; same conventions and errors as tensor_gemm(4, ...), and NotSupported
+// when the tile needs more shared memory per block than the GPU has.
 template <class In, class Out>
 void gemm_v4_tile(V4Tile tile, int M, int N, int K, float alpha, const In* A, const In* B,
                   float beta, Out* C, const float* bias = nullptr,

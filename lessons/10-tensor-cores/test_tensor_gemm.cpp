@@ -170,7 +170,7 @@ int worst_store_ways(int rows, int row_halves, F offset) {
 
 TEST_CASE("the XOR swizzle is a bijection of each row and conflict-free; plain rows are not",
           "[cpu]") {
-  for (const int row_halves : {32, 64, 128}) {
+  for (const int row_halves : {32, 64, 128, 256}) {
     const int cpr = row_halves / 8;
     INFO("row of " << row_halves << " halves");
     for (int r = 0; r < 64; ++r) {
@@ -212,6 +212,114 @@ TEST_CASE("exercise 2: the 8-chunk XOR swizzle is a bijection and conflict-free"
   // c of row r sits at c ^ (r % 8); v5 relies on it through swizzle_chunk.
   for (int r = 0; r < 16; ++r)
     for (int c = 0; c < 8; ++c) CHECK(ex_swizzle_chunk_8(r, c) == swizzle_chunk(r, c, 8));
+}
+
+// ---------------------------------------------------------------- CPU: v4's tuned tile
+
+TEST_CASE("v4 tuned: each cp.async chunk lands once, at its swizzled offset, conflict-free",
+          "[cpu][v4]") {
+  using namespace v4tuned;
+  struct Operand {
+    const char* name;
+    int rows, row_halves, loads, rows_per_pass;
+    RowCol (*chunk)(int, int);
+    int (*store)(int);
+  };
+  for (const Operand& o : {Operand{"A", BM, BK, kALoads, kARowsPerPass, a_chunk, a_store},
+                           Operand{"B", BK, BN, kBLoads, kBRowsPerPass, b_chunk, b_store}}) {
+    INFO(o.name);
+    CHECK(o.loads * kThreads * 8 == o.rows * o.row_halves);
+    std::set<int> logical, physical;
+    for (int tid = 0; tid < kThreads; ++tid)
+      for (int p = 0; p < o.loads; ++p) {
+        const RowCol rc = o.chunk(tid, p);
+        REQUIRE(rc.row >= 0);
+        REQUIRE(rc.row < o.rows);
+        REQUIRE(rc.col % 8 == 0);
+        REQUIRE(rc.col < o.row_halves);
+        logical.insert(rc.row * o.row_halves + rc.col);
+        // What the kernel writes: the base computed once, plus the pass's row step.
+        const int off = o.store(tid) + p * o.rows_per_pass * o.row_halves;
+        CHECK(off == swizzled_offset(rc.row, rc.col, o.row_halves));
+        physical.insert(off);
+      }
+    CHECK(logical.size() == static_cast<std::size_t>(o.rows * o.row_halves / 8));
+    CHECK(physical.size() == logical.size());
+    // One warp's 32 16-byte writes go in 4 phases of 8 lanes: 8 different bank groups each.
+    int worst = 0;
+    for (int warp = 0; warp < kThreads / 32; ++warp)
+      for (int p = 0; p < o.loads; ++p)
+        for (int q = 0; q < 4; ++q) {
+          std::vector<int> offs;
+          for (int l = 8 * q; l < 8 * q + 8; ++l)
+            offs.push_back(2 * (o.store(32 * warp + l) + p * o.rows_per_pass * o.row_halves));
+          worst = std::max(worst, phase_ways(offs));
+        }
+    CHECK(worst == 1);
+  }
+}
+
+TEST_CASE("v4 tuned: ldmatrix addresses are mma's fragments at their swizzled offsets",
+          "[cpu][v4]") {
+  using namespace v4tuned;
+  std::set<int> warp_tiles;
+  for (int warp = 0; warp < kThreads / 32; ++warp) {
+    const RowCol wo = warp_origin(warp);
+    REQUIRE(wo.row + WM <= BM);
+    REQUIRE(wo.col + WN <= BN);
+    warp_tiles.insert(wo.row * BN + wo.col);
+    INFO("warp " << warp);
+    for (int ks = 0; ks < KS; ++ks) {
+      for (int i = 0; i < MI; ++i) {
+        std::vector<int> offs;
+        for (int lane = 0; lane < 32; ++lane) {
+          const RowCol la = ldmatrix_a_address(lane);
+          const int got = a_load(a_load_base(warp, lane), i, ks);
+          CHECK(got == swizzled_offset(wo.row + i * 16 + la.row, ks * 16 + la.col, BK));
+          REQUIRE(got >= 0);
+          REQUIRE(got + 8 <= kAStage);
+          offs.push_back(2 * got);
+        }
+        for (int q = 0; q < 4; ++q)  // matrix q's 8 rows: one phase
+          CHECK(phase_ways(std::vector<int>(offs.begin() + 8 * q, offs.begin() + 8 * q + 8)) == 1);
+      }
+      for (int j = 0; j < NJ / 2; ++j) {
+        std::vector<int> offs;
+        for (int lane = 0; lane < 32; ++lane) {
+          const RowCol lb = ldmatrix_b_trans_address(lane);
+          const int got = b_load(b_load_base(warp, lane), j, ks);
+          CHECK(got == swizzled_offset(ks * 16 + lb.row, wo.col + j * 16 + lb.col, BN));
+          REQUIRE(got >= 0);
+          REQUIRE(got + 8 <= kBStage);
+          offs.push_back(2 * got);
+        }
+        for (int q = 0; q < 4; ++q)
+          CHECK(phase_ways(std::vector<int>(offs.begin() + 8 * q, offs.begin() + 8 * q + 8)) == 1);
+      }
+    }
+  }
+  CHECK(warp_tiles.size() == static_cast<std::size_t>(BM / WM * (BN / WN)));  // tiles the block
+  CHECK(smem_bytes(4) == 192 * 1024);  // within Hopper's 227 KiB per block
+}
+
+TEST_CASE("grouped rasterisation maps the 1-D grid onto every tile once, group by group",
+          "[cpu][v4]") {
+  for (const int tm : {1, 2, 15, 16, 17, 33, 40})
+    for (const int tn : {1, 3, 16, 32})
+      for (const int group : {1, 8, 16}) {
+        INFO("tiles " << tm << " x " << tn << ", group " << group);
+        std::set<int> seen;
+        for (int block = 0; block < tm * tn; ++block) {
+          const v4tuned::TileCoord t = v4tuned::grouped_tile(block, tm, tn, group);
+          REQUIRE(t.m >= 0);
+          REQUIRE(t.m < tm);
+          REQUIRE(t.n >= 0);
+          REQUIRE(t.n < tn);
+          CHECK(t.m / group == block / (group * tn));  // blocks stay in their group of rows
+          seen.insert(t.m * tn + t.n);
+        }
+        CHECK(seen.size() == static_cast<std::size_t>(tm * tn));
+      }
 }
 
 // ---------------------------------------------------------------- CPU: the pipeline
@@ -555,22 +663,100 @@ TEST_CASE("v4 cp.async pipeline: every element vs FP64", "[gpu][v4]") {
   check_version_vs_cublas<__nv_bfloat16, float>(4);
 }
 
-TEST_CASE("v4 with the 128x256 tile: every element vs FP64", "[gpu][v4]") {
-  if (!supported(4, DType::f16)) return;
-  const auto run = [](int M, int N, int K, float beta, Activation act, auto tag) {
-    using In = decltype(tag);
-    check_against_reference<In, In>(M, N, K, 1.0f, beta, act != Activation::none, act,
-                                    [&](const In* A, const In* B, In* C, const float* bias) {
-                                      gemm_v4_tile(V4Tile::t128x256_s3, M, N, K, 1.0f, A, B, beta,
-                                                   C, bias, act);
-                                    });
-  };
-  for (const Case& c : kAlignedCases) {
-    run(c.M, c.N, c.K, 0.0f, Activation::none, __half{});
-    run(c.M, c.N, c.K, 0.5f, Activation::none, __nv_bfloat16{});
+namespace {
+// Whether this GPU and build run v4 with `tile` (a small product: NotSupported says why not).
+bool tile_supported(V4Tile tile) {
+  if (!supported(4, DType::f16)) return false;
+  course::DeviceBuffer<__half> A(64), B(64);
+  course::DeviceBuffer<float> C(64);
+  try {
+    gemm_v4_tile(tile, 8, 8, 8, 1.0f, A.data(), B.data(), 0.0f, C.data());
+  } catch (const NotSupported& e) {
+    WARN(e.what());
+    return false;
   }
-  run(129, 264, 72, 0.0f, Activation::gelu, __half{});
+  return true;
 }
+
+template <class In, class Out>
+void check_v4_tile(V4Tile tile, int M, int N, int K, float alpha, float beta, Activation act) {
+  check_against_reference<In, Out>(M, N, K, alpha, beta, act != Activation::none, act,
+                                   [&](const In* A, const In* B, Out* C, const float* bias) {
+                                     gemm_v4_tile(tile, M, N, K, alpha, A, B, beta, C, bias, act);
+                                   });
+}
+}  // namespace
+
+TEST_CASE("v4 with the earlier tiles (128x128 and 128x256, K tiles of 32): every element vs FP64",
+          "[gpu][v4]") {
+  for (const V4Tile tile : {V4Tile::t128x128_s4, V4Tile::t128x256_s3}) {
+    INFO("tile " << to_string(tile));
+    if (!tile_supported(tile)) continue;
+    for (const Case& c : kAlignedCases) {
+      check_v4_tile<__half, __half>(tile, c.M, c.N, c.K, 1.0f, 0.0f, Activation::none);
+      check_v4_tile<__nv_bfloat16, __nv_bfloat16>(tile, c.M, c.N, c.K, 1.0f, 0.5f,
+                                                  Activation::none);
+    }
+    check_v4_tile<__half, __half>(tile, 129, 264, 72, 1.0f, 0.0f, Activation::gelu);
+  }
+}
+
+TEST_CASE("v4 tuned 128x256x64 (4 and 3 stages): odd shapes, every type, every element vs FP64",
+          "[gpu][v4]") {
+  // M, N, K off the 128 x 256 x 64 tile (N, K multiples of 8), one exact multi-tile shape, and
+  // 18 block rows: more than one raster group of 16, the last one short.
+  const std::vector<Case> cases = {{1, 8, 8},       {7, 1000, 72},    {129, 264, 1000},
+                                   {257, 520, 136}, {1000, 136, 520}, {256, 512, 192},
+                                   {2177, 264, 64}, {130, 8, 8}};
+  for (const V4Tile tile : {V4Tile::t128x256_k64_s4, V4Tile::t128x256_k64_s3}) {
+    INFO("tile " << to_string(tile));
+    if (!tile_supported(tile)) continue;
+    for (const Case& c : cases)
+      for (const float beta : {0.0f, -0.5f}) {
+        const float alpha = beta == 0.0f ? 1.0f : 1.5f;
+        check_v4_tile<__half, float>(tile, c.M, c.N, c.K, alpha, beta, Activation::none);
+        check_v4_tile<__half, __half>(tile, c.M, c.N, c.K, alpha, beta, Activation::none);
+        check_v4_tile<__nv_bfloat16, float>(tile, c.M, c.N, c.K, alpha, beta, Activation::none);
+        check_v4_tile<__nv_bfloat16, __nv_bfloat16>(tile, c.M, c.N, c.K, alpha, beta,
+                                                    Activation::none);
+      }
+    check_v4_tile<__half, __half>(tile, 257, 264, 72, 1.0f, 0.5f, Activation::relu);
+    check_v4_tile<__nv_bfloat16, float>(tile, 129, 520, 136, 1.0f, 0.0f, Activation::gelu);
+    check_v4_tile<__half, float>(tile, 130, 72, 0, 1.0f, 0.5f, Activation::none);  // K == 0
+  }
+  // tensor_gemm(4) takes the tuned tile wherever the GPU has the shared memory for it.
+  if (!supported(4, DType::f16)) return;
+  int device = 0, optin = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  if (optin >= v4tuned::smem_bytes(4)) CHECK(v4_tile_for_device() == kDefaultV4Tile);
+}
+TEST_CASE("v4 tuned: a C not aligned for paired stores gives the same bits", "[gpu][v4]") {
+  // The write-out stores column pairs as one vector where C allows it, else one by one.
+  for (const V4Tile tile : {V4Tile::t128x256_k64_s4, V4Tile::t128x256_k64_s3}) {
+    if (!tile_supported(tile)) continue;
+    const int M = 129, N = 264, K = 72;
+    course::DeviceBuffer<__half> A(std::size_t{1} * M * K), B(std::size_t{1} * K * N);
+    course::DeviceBuffer<float> bias(N), C(std::size_t{1} * M * N), D(std::size_t{1} * M * N + 1);
+    fill_uniform(A.data(), A.size(), 31, -1.0f, 1.0f);
+    fill_uniform(B.data(), B.size(), 32, -1.0f, 1.0f);
+    fill_uniform(bias.data(), bias.size(), 33, -1.0f, 1.0f);
+    fill_uniform(C.data(), C.size(), 34, -1.0f, 1.0f);
+    CUDA_CHECK(
+        cudaMemcpy(D.data() + 1, C.data(), C.size() * sizeof(float), cudaMemcpyDeviceToDevice));
+    // beta != 0 and ReLU: the same operations in the same order on both paths (no multiply
+    // left for the compiler to contract differently).
+    gemm_v4_tile(tile, M, N, K, 1.5f, A.data(), B.data(), 0.5f, C.data(), bias.data(),
+                 Activation::relu);
+    gemm_v4_tile(tile, M, N, K, 1.5f, A.data(), B.data(), 0.5f, D.data() + 1, bias.data(),
+                 Activation::relu);
+    const std::vector<float> c = course::to_host(C), d = course::to_host(D);
+    std::size_t differ = 0;
+    for (std::size_t i = 0; i < c.size(); ++i) differ += c[i] != d[i + 1] ? 1 : 0;
+    CHECK(differ == 0);
+  }
+}
+
 TEST_CASE("v5 TMA + wgmma: every element vs FP64", "[gpu][v5]") {
   check_all_types(5);
   check_version_vs_cublas<__nv_bfloat16, float>(5);
