@@ -215,7 +215,7 @@ std::vector<course::DeviceBuffer<float>> per_rank(const NcclGroup& group, std::s
   for (int r = 0; r < group.size(); ++r) {
     ScopedDevice on(group.device(r));
     out.emplace_back(count);
-    CUDA_CHECK(cudaMemset(out.back().data(), 0, out.back().bytes()));
+    if (count > 0) CUDA_CHECK(cudaMemset(out.back().data(), 0, out.back().bytes()));
   }
   return out;
 }
