@@ -200,7 +200,9 @@ int main(int argc, char** argv) {
                 device.device_count);
     return 77;
   } else if (device.device_count < 2) {
-    std::printf("Note: 1 CUDA device: leaving out the tests tagged [multigpu] (they need 2).\n");
+    std::printf(
+        "Note: 1 CUDA device: leaving out the tests tagged [multigpu], if any (they need "
+        "2).\n");
     exclude_tagged(args, rewritten, "[multigpu]");
   }
   Catch::Session session;
@@ -213,7 +215,9 @@ int main(int argc, char** argv) {
         "The result above covers the CPU tests only; run again on a machine with a GPU.\n",
         device.reason.c_str());
   } else if (device.device_count < 2) {
-    std::printf("NOT RUN: the tests tagged [multigpu], which need 2 CUDA devices (found 1).\n");
+    std::printf(
+        "NOT RUN: the tests tagged [multigpu], if any: they need 2 CUDA devices (found "
+        "1).\n");
   }
   return result;
 }

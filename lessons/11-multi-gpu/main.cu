@@ -188,8 +188,8 @@ void section_events(int n) {
   std::printf("   after cudaStreamWaitEvent on GPU 0's event: read %d\n",
               cross_device_handoff(0, consumer, 42, 20000, true));
   std::printf(
-      "   without the wait:                             read %d (the flag before the "
-      "write)\n\n",
+      "   without the wait:                             read %d (0: it read the flag before "
+      "the write)\n\n",
       cross_device_handoff(0, consumer, 42, 20000, false));
 }
 
@@ -284,6 +284,7 @@ bool section_tensor_parallel(int n, const Options& o, const std::vector<std::vec
   const auto A = random_matrix(S, S, 1), B = random_matrix(S, S, 2);
   double one_ms = 0;
   const std::vector<float> one = single_gpu_gemm(0, S, S, S, A, B, o.reps, &one_ms);
+  std::printf("   times: host clock, enqueue to every rank done (medians of %d)\n", o.reps);
   std::printf("   one GPU: %.3f ms (%.1f TFLOP/s)\n", one_ms, 2.0 * S * S * S / one_ms / 1e9);
   std::vector<int> devices;
   for (int d = 0; d < n; ++d) devices.push_back(d);

@@ -125,7 +125,8 @@ TpResult tensor_parallel_gemm(const NcclGroup& group, TpMode mode, int M, int N,
                               const std::vector<float>& A, const std::vector<float>& B, int reps);
 
 // The one-GPU GEMM the splits are checked against: lesson 07's v8 on `device`, same inputs.
-// ms: median GPU time of `reps` runs (common/timing.hpp's gpu_time_ms), 0 when reps == 0.
+// ms: median end-to-end time of `reps` runs, host call to completion (common/timing.hpp's
+// latency_ms): the clock tensor_parallel_gemm's ms uses, so the two compare. 0 when reps == 0.
 std::vector<float> single_gpu_gemm(int device, int M, int N, int K, const std::vector<float>& A,
                                    const std::vector<float>& B, int reps, double* ms);
 
