@@ -66,6 +66,8 @@ std::optional<PcieLink> pcie_link(int device) {
   link.bus_id = id;
   std::transform(link.bus_id.begin(), link.bus_id.end(), link.bus_id.begin(),
                  [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  // sysfs names the device with a 4-digit domain ("0000:1b:00.0"); some tools print 8.
+  if (link.bus_id.find(':') == 8) link.bus_id.erase(0, 4);
   const std::string dir = "/sys/bus/pci/devices/" + link.bus_id + "/";
   std::ifstream speed(dir + "max_link_speed"), width(dir + "max_link_width");
   std::string speed_text;
