@@ -186,11 +186,11 @@ void section_events(int n) {
       "\n   GPU %d's kernel reads the flag%s\n",
       consumer, n >= 2 ? "" : " (one GPU: two streams of GPU 0 stand in)");
   std::printf("   after cudaStreamWaitEvent on GPU 0's event: read %d\n",
-              cross_device_handoff(0, consumer, 42, 20000, true));
+              cross_device_handoff(0, consumer, 42, 20000, true).consumer_read);
   std::printf(
       "   without the wait:                             read %d (0: it read the flag before "
       "the write)\n\n",
-      cross_device_handoff(0, consumer, 42, 20000, false));
+      cross_device_handoff(0, consumer, 42, 20000, false).consumer_read);
 }
 
 void section_copies(int n, const Options& o, const std::vector<std::vector<Link>>& topo) {

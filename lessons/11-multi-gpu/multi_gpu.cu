@@ -109,6 +109,13 @@ __global__ void produce_after_spin(volatile int* flag, int value, std::uint64_t 
 __global__ void consume_flag(const volatile int* flag, int* out) {
   *out = *flag;
 }
+
+// Loads both kernels into the current device's context (cudaFuncGetAttributes needs the code).
+void preload_handoff_kernels() {
+  cudaFuncAttributes a{};
+  CUDA_CHECK(cudaFuncGetAttributes(&a, produce_after_spin));
+  CUDA_CHECK(cudaFuncGetAttributes(&a, consume_flag));
+}
 }  // namespace
 
 int new_thread_device() {
@@ -152,8 +159,8 @@ cudaError_t try_record(cudaEvent_t event, cudaStream_t stream) {
 
 // ------------------------------------------------------------------------ events across devices
 
-int cross_device_handoff(int producer_device, int consumer_device, int value, double spin_us,
-                         bool wait) {
+Handoff cross_device_handoff(int producer_device, int consumer_device, int value, double spin_us,
+                             bool wait) {
   const int n = device_count();
   check_device_ordinal("cross_device_handoff (producer)", producer_device, n);
   check_device_ordinal("cross_device_handoff (consumer)", consumer_device, n);
@@ -165,26 +172,36 @@ int cross_device_handoff(int producer_device, int consumer_device, int value, do
   course::PinnedBuffer<int> flag(1, cudaHostAllocMapped | cudaHostAllocPortable);
   flag[0] = 0;
 
-  ScopedDevice on_producer(producer_device);
+  // Everything is made, and both kernels are loaded on both devices, before the producer
+  // starts: an allocation while it spins may wait for it (cudaMalloc is allowed to
+  // synchronise), and so may loading a kernel on first launch (lazy loading, the default since
+  // CUDA 12.2: Programming Guide, "Lazy Loading", "Possible issues when adopting lazy loading").
+  // Either would hide the race this function exists to show.
+  ScopedDevice on_consumer(consumer_device);
+  preload_handoff_kernels();
+  course::Stream consumer;
+  course::DeviceBuffer<int> out(1);
+  CUDA_CHECK(cudaSetDevice(producer_device));
+  preload_handoff_kernels();
   course::Stream producer;
   course::Event done(cudaEventDisableTiming);
+
   produce_after_spin<<<1, 1, 0, producer>>>(flag.data(), value,
                                             static_cast<std::uint64_t>(spin_us * 1e3));
   CUDA_CHECK_LAUNCH();
   done.record(producer);
-
   CUDA_CHECK(cudaSetDevice(consumer_device));
-  course::Stream consumer;
-  course::DeviceBuffer<int> out(1);
+  Handoff h;
   if (wait) enqueue_wait(consumer_device, consumer, done);
+  h.flag_at_wait_return = *static_cast<volatile int*>(flag.data());
   consume_flag<<<1, 1, 0, consumer>>>(flag.data(), out.data());
   CUDA_CHECK_LAUNCH();
-  int seen = -1;
-  CUDA_CHECK(cudaMemcpyAsync(&seen, out.data(), sizeof seen, cudaMemcpyDeviceToHost, consumer));
+  CUDA_CHECK(cudaMemcpyAsync(&h.consumer_read, out.data(), sizeof h.consumer_read,
+                             cudaMemcpyDeviceToHost, consumer));
   consumer.synchronize();
   CUDA_CHECK(cudaSetDevice(producer_device));
   producer.synchronize();  // the producer may still spin when the consumer did not wait
-  return seen;
+  return h;
 }
 
 // ------------------------------------------------------------------------------ peer copies

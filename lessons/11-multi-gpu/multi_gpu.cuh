@@ -103,13 +103,19 @@ void enqueue_wait(int consumer_device, cudaStream_t consumer, cudaEvent_t produc
 //   producer_device: a kernel spins for `spin_us` microseconds (globaltimer), then writes `value`
 //                    to a flag in mapped pinned host memory; the event `done` is recorded after it
 //   consumer_device: enqueue_wait(consumer, done), then a kernel copies the flag into its output
-// Returns the value the consumer read: `value` when the wait orders the two, 0 (the flag's
-// initial value) when the consumer ran early. wait = false leaves the wait out (the race, shown
-// by the lesson binary). spin_us makes "early" likely without the wait:
-// the consumer's launch reaches its GPU long before the producer's spin ends. Throws
+// consumer_read is `value` when the wait orders the two, 0 (the flag's initial value) when the
+// consumer ran early. flag_at_wait_return is the flag as the host read it when enqueue_wait
+// returned: 0 while the producer still spins, so `value` there means the wait blocked the host
+// until the producer had finished (cudaEventSynchronize, not a GPU-side wait). spin_us makes
+// both observable: the consumer's launch and enqueue_wait's return come long before the spin
+// ends. wait = false leaves the wait out (the race, shown by the lesson binary). Throws
 // std::invalid_argument for bad devices or spin_us outside [0, 1e6], CudaError.
-int cross_device_handoff(int producer_device, int consumer_device, int value, double spin_us,
-                         bool wait = true);
+struct Handoff {
+  int consumer_read = -1;
+  int flag_at_wait_return = -1;
+};
+Handoff cross_device_handoff(int producer_device, int consumer_device, int value, double spin_us,
+                             bool wait = true);
 
 // ------------------------------------------------------------------------------ peer copies
 

@@ -358,8 +358,10 @@ TEST_CASE("CUDA_VISIBLE_DEVICES: the runtime agrees with visible_device_count", 
 
 TEST_CASE("Two streams of one GPU: the consumer waits for the producer's event", "[gpu][ex3]") {
   // The producer spins 50 ms before it writes; without the wait the consumer reads 0.
-  CHECK(cross_device_handoff(0, 0, 42, 50000) == 42);
-  CHECK(cross_device_handoff(0, 0, 7, 0) == 7);
+  const Handoff h = cross_device_handoff(0, 0, 42, 50000);
+  CHECK(h.consumer_read == 42);
+  CHECK(h.flag_at_wait_return == 0);  // the wait is on the GPU: the host went on at once
+  CHECK(cross_device_handoff(0, 0, 7, 0).consumer_read == 7);
 }
 
 TEST_CASE("Copies on one GPU: peer copy to itself (device to device) and staged", "[gpu]") {
@@ -491,8 +493,12 @@ TEST_CASE("Memory, streams and events belong to the device current when they wer
 
 TEST_CASE("A kernel on GPU 1 waits for an event GPU 0 recorded after writing a flag",
           "[gpu][multigpu][ex3]") {
-  CHECK(cross_device_handoff(0, 1, 42, 50000) == 42);
-  CHECK(cross_device_handoff(1, 0, 43, 50000) == 43);
+  for (auto [producer, consumer] : {std::pair<int, int>{0, 1}, std::pair<int, int>{1, 0}}) {
+    INFO("producer GPU " << producer << ", consumer GPU " << consumer);
+    const Handoff h = cross_device_handoff(producer, consumer, 42, 50000);
+    CHECK(h.consumer_read == 42);
+    CHECK(h.flag_at_wait_return == 0);
+  }
 }
 
 TEST_CASE("Peer copy and host-staged copy between GPU 0 and GPU 1 deliver the same bytes",
