@@ -8,7 +8,8 @@
 #     LIBS          CUDA::cublas            # extra libraries for the lesson's code
 #     TEST_LIBS     course_cupti            # extra libraries for the tests only
 #     BENCH         bench_reduction.cu      # optional Google Benchmark executable
-#     CLI_BAD_VALUE --reps 0)               # an option of lessonNN and a value it must refuse
+#     CLI_BAD_VALUE --reps 0                # an option of lessonNN and a value it must refuse
+#     MULTIGPU)                             # some [gpu] tests also carry [multigpu]: 2+ GPUs
 #
 # Targets (NN = the folder's number):
 #   lessonNN                 main.cu: the lesson binary (make run)
@@ -27,12 +28,15 @@
 #                            the options, an unknown option and CLI_BAD_VALUE exit 2 and are
 #                            named on stderr (cmake/cli_check.sh)       [cpu]
 #   NN/gpu                   [gpu] tests; skipped (exit 77) with no GPU [gpu]
+#   NN/multigpu              with MULTIGPU only: the [multigpu] tests (which NN/gpu then leaves
+#                            out); skipped (exit 77) with fewer than 2 CUDA devices
+#                                                                       [gpu;multigpu]
 #   NN/stubs-fail/exK        passes only if exercise K's tests FAIL on the stubs, proving the
 #                            tests can fail; GPU exercises are skipped with no GPU, and all of
 #                            them once you have edited exercise.cu (cmake/stubs_fail.sh)
 #                                                                       [exercise] (+[gpu])
 function(add_lesson)
-  cmake_parse_arguments(L "" "" "SOURCES;TESTS;EXERCISES;GPU_EXERCISES;LIBS;TEST_LIBS;BENCH;CLI_BAD_VALUE" ${ARGN})
+  cmake_parse_arguments(L "MULTIGPU" "" "SOURCES;TESTS;EXERCISES;GPU_EXERCISES;LIBS;TEST_LIBS;BENCH;CLI_BAD_VALUE" ${ARGN})
   get_filename_component(folder "${CMAKE_CURRENT_SOURCE_DIR}" NAME)
   string(SUBSTRING "${folder}" 0 2 nn)
   set(p lesson${nn})
@@ -75,7 +79,15 @@ function(add_lesson)
        "exercises: ${L_EXERCISES}\ngpu_exercises: ${L_GPU_EXERCISES}\n")
   add_test(NAME ${nn}/cpu COMMAND ${p}_tests ${COURSE_CATCH2_NO_TESTS_OK} "~[gpu]")
   set_tests_properties(${nn}/cpu PROPERTIES LABELS "cpu;${p}")
-  add_test(NAME ${nn}/gpu COMMAND ${p}_tests --require-gpu ${COURSE_CATCH2_NO_TESTS_OK} "[gpu]")
+  if(L_MULTIGPU)
+    add_test(NAME ${nn}/gpu COMMAND ${p}_tests --require-gpu ${COURSE_CATCH2_NO_TESTS_OK}
+                                    "[gpu]~[multigpu]")
+    add_test(NAME ${nn}/multigpu COMMAND ${p}_tests --require-gpus 2 ${COURSE_CATCH2_NO_TESTS_OK}
+                                         "[multigpu]")
+    set_tests_properties(${nn}/multigpu PROPERTIES LABELS "gpu;multigpu;${p}" SKIP_RETURN_CODE 77)
+  else()
+    add_test(NAME ${nn}/gpu COMMAND ${p}_tests --require-gpu ${COURSE_CATCH2_NO_TESTS_OK} "[gpu]")
+  endif()
   set_tests_properties(${nn}/gpu PROPERTIES LABELS "gpu;${p}" SKIP_RETURN_CODE 77)
   add_test(NAME ${nn}/cli COMMAND sh "${PROJECT_SOURCE_DIR}/cmake/cli_check.sh"
                                   $<TARGET_FILE:${p}> ${L_CLI_BAD_VALUE})

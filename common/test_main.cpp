@@ -2,6 +2,11 @@
 //
 //   <exe> [catch2 args]                  run tests; with no GPU, tests tagged [gpu] are left out
 //   <exe> --require-gpu [catch2 args]    exit 77 (ctest's SKIP_RETURN_CODE) when no usable GPU
+//   <exe> --require-gpus N [catch2 args] exit 77 when fewer than N CUDA devices (N >= 1)
+//
+// Tests tagged [multigpu] need two or more devices (lesson 11): with fewer, they are left out
+// as [gpu] tests are with none, and add_lesson(... MULTIGPU) runs them in a ctest of their own
+// with --require-gpus 2, which ctest reports as skipped.
 //   <exe> --child-probe NAME             run one CHILD_PROBE in this fresh process and exit
 #if COURSE_CATCH2_MAJOR == 3
 #include <catch2/catch_session.hpp>
@@ -11,6 +16,7 @@
 #endif
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <stdexcept>
@@ -111,9 +117,10 @@ bool takes_value(const std::string& opt) {
   return false;
 }
 
-// With no GPU, every test spec gets "~[gpu]" ANDed to each of its comma-separated alternatives
-// ("[ex1]" -> "[ex1]~[gpu]", "name*" -> "\"name*\"~[gpu]"); with no spec at all, it is "~[gpu]".
-std::vector<std::string> exclude_gpu_tests(const std::vector<char*>& args) {
+// Every test spec gets "~<tag>" ANDed to each of its comma-separated alternatives (tag [gpu]:
+// "[ex1]" -> "[ex1]~[gpu]", "name*" -> "\"name*\"~[gpu]"); with no spec at all, it is "~[gpu]".
+std::vector<std::string> exclude_tagged_tests(const std::vector<char*>& args,
+                                              const std::string& tag) {
   std::vector<std::string> out;
   bool any_spec = false, value_next = false;
   for (std::size_t i = 1; i < args.size(); ++i) {
@@ -123,9 +130,9 @@ std::vector<std::string> exclude_gpu_tests(const std::vector<char*>& args) {
     if (is_spec) {
       any_spec = true;
       // A name pattern must be quoted to be followed by a tag: "name*"~[gpu].
-      const auto exclude = [](const std::string& alt) {
+      const auto exclude = [&tag](const std::string& alt) {
         const bool quoted = !alt.empty() && (alt[0] == '[' || alt[0] == '~' || alt[0] == '"');
-        return (quoted ? alt : "\"" + alt + "\"") + "~[gpu]";
+        return (quoted ? alt : "\"" + alt + "\"") + "~" + tag;
       };
       std::string spec;
       std::size_t start = 0;
@@ -137,8 +144,16 @@ std::vector<std::string> exclude_gpu_tests(const std::vector<char*>& args) {
     }
     out.push_back(a);
   }
-  if (!any_spec) out.push_back("~[gpu]");
+  if (!any_spec) out.push_back("~" + tag);
   return out;
+}
+
+// Replaces the test specs of args (after argv[0]) by those of exclude_tagged_tests.
+void exclude_tagged(std::vector<char*>& args, std::vector<std::string>& storage,
+                    const std::string& tag) {
+  storage = exclude_tagged_tests(args, tag);
+  args.resize(1);
+  for (auto& a : storage) args.push_back(a.data());
 }
 }  // namespace
 
@@ -159,22 +174,36 @@ int main(int argc, char** argv) {
   }
 
   std::vector<char*> args(argv, argv + argc);
-  bool require_gpu = false;
+  int required_gpus = 0;
   if (args.size() > 1 && std::strcmp(args[1], "--require-gpu") == 0) {
-    require_gpu = true;
+    required_gpus = 1;
     args.erase(args.begin() + 1);
+  } else if (args.size() > 2 && std::strcmp(args[1], "--require-gpus") == 0) {
+    required_gpus = std::atoi(args[2]);
+    if (required_gpus < 1) {
+      std::fprintf(stderr, "--require-gpus takes a count >= 1, got '%s'\n", args[2]);
+      return 2;
+    }
+    args.erase(args.begin() + 1, args.begin() + 3);
   }
   const course::DeviceAvailability device = course::check_device_available();
   std::vector<std::string> rewritten;  // owns the rewritten test specs that args points into
   if (!device.usable) {
-    if (require_gpu) {
+    if (required_gpus > 0) {
       std::printf("SKIPPED: these tests need a GPU; %s\n", device.reason.c_str());
       return 77;
     }
     std::printf("Note: %s\nLeaving out the tests tagged [gpu].\n", device.reason.c_str());
-    rewritten = exclude_gpu_tests(args);
-    args.resize(1);
-    for (auto& a : rewritten) args.push_back(a.data());
+    exclude_tagged(args, rewritten, "[gpu]");
+  } else if (required_gpus > device.device_count) {
+    std::printf("SKIPPED: these tests need %d GPUs; cudaGetDeviceCount() found %d\n", required_gpus,
+                device.device_count);
+    return 77;
+  } else if (device.device_count < 2) {
+    std::printf(
+        "Note: 1 CUDA device: leaving out the tests tagged [multigpu], if any (they need "
+        "2).\n");
+    exclude_tagged(args, rewritten, "[multigpu]");
   }
   Catch::Session session;
   const int result = session.run(static_cast<int>(args.size()), args.data());
@@ -185,6 +214,10 @@ int main(int argc, char** argv) {
         "NOT RUN: the tests tagged [gpu], which check the kernels (%s).\n"
         "The result above covers the CPU tests only; run again on a machine with a GPU.\n",
         device.reason.c_str());
+  } else if (device.device_count < 2) {
+    std::printf(
+        "NOT RUN: the tests tagged [multigpu], if any: they need 2 CUDA devices (found "
+        "1).\n");
   }
   return result;
 }

@@ -68,6 +68,16 @@ struct ChildReport {
 // the environment. Never throws for a failing child: check exit_code.
 ChildReport run_child_probe(const std::string& name, const std::vector<std::string>& env = {});
 
+// run_child_probe inside a test: fails the test (REQUIRE), showing the child's output, unless
+// the child exited 0.
+inline ChildReport run_child_probe_ok(const std::string& name,
+                                      const std::vector<std::string>& env = {}) {
+  ChildReport child = run_child_probe(name, env);
+  INFO("child probe " << name << " printed:\n" << child.output);
+  REQUIRE(child.exit_code == 0);
+  return child;
+}
+
 // Prints "key=value" on stdout for the parent to read (bools as 1/0).
 template <class T>
 void report(const std::string& key, const T& value) {

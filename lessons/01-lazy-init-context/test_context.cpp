@@ -18,17 +18,10 @@
 #include "context.cuh"
 
 using course::testing::report;
-using course::testing::run_child_probe;
+using course::testing::run_child_probe_ok;
 using lesson01::observe;
 
 namespace {
-// Runs a probe and fails the test (with the child's output) unless it exited 0.
-course::testing::ChildReport probe(const char* name, std::vector<std::string> env = {}) {
-  auto child = run_child_probe(name, std::move(env));
-  INFO("child probe " << name << " printed:\n" << child.output);
-  REQUIRE(child.exit_code == 0);
-  return child;
-}
 void report_state(const char* prefix, const lesson01::ContextState& s) {
   report(std::string(prefix) + "driver_initialised", s.driver_initialised);
   report(std::string(prefix) + "has_current", s.current != nullptr);
@@ -123,7 +116,7 @@ CHILD_PROBE(fresh_process) {
 }
 
 TEST_CASE("Before any CUDA call the driver is not initialised and no context is current", "[gpu]") {
-  const auto c = probe("fresh_process");
+  const auto c = run_child_probe_ok("fresh_process");
   CHECK(c.value("driver_initialised") == "0");
   CHECK(c.value("has_current") == "0");
 }
@@ -136,7 +129,7 @@ CHILD_PROBE(after_get_device_count) {
 }
 
 TEST_CASE("cudaGetDeviceCount initialises the driver but creates no context", "[gpu]") {
-  const auto c = probe("after_get_device_count");
+  const auto c = run_child_probe_ok("after_get_device_count");
   CHECK(c.value("driver_initialised") == "1");
   CHECK(c.value("has_current") == "0");
   CHECK(c.value("primary_active") == "0");
@@ -153,7 +146,7 @@ CHILD_PROBE(after_set_device) {
 TEST_CASE("cudaSetDevice creates the primary context and makes it current (CUDA 12+)", "[gpu]") {
   // Before CUDA 12.0 cudaSetDevice only recorded the choice; the next call that needed a context
   // created it. This course requires CUDA 12, so the new behaviour is what we pin.
-  const auto c = probe("after_set_device");
+  const auto c = run_child_probe_ok("after_set_device");
   CHECK(c.value("primary_active") == "1");
   CHECK(c.value("has_current") == "1");
   CHECK(c.value("current_is_primary") == "1");
@@ -169,7 +162,7 @@ CHILD_PROBE(runtime_context_is_primary) {
 }
 
 TEST_CASE("The runtime's context is the device's primary context", "[gpu]") {
-  const auto c = probe("runtime_context_is_primary");
+  const auto c = run_child_probe_ok("runtime_context_is_primary");
   CHECK(c.value("current_is_primary") == "1");
   CHECK(c.value("allocation_in_primary") == "1");
 }
@@ -185,7 +178,7 @@ CHILD_PROBE(after_device_reset) {
 }
 
 TEST_CASE("cudaDeviceReset releases the primary context; the next call creates it again", "[gpu]") {
-  const auto c = probe("after_device_reset");
+  const auto c = run_child_probe_ok("after_device_reset");
   CHECK(c.value("before_primary_active") == "1");
   CHECK(c.value("after_primary_active") == "0");
   CHECK(c.value("again_primary_active") == "1");
@@ -198,7 +191,7 @@ CHILD_PROBE(after_init_device) {
 }
 
 TEST_CASE("cudaInitDevice creates the primary context without making it current", "[gpu]") {
-  const auto c = probe("after_init_device");
+  const auto c = run_child_probe_ok("after_init_device");
   CHECK(c.value("primary_active") == "1");
   CHECK(c.value("has_current") == "0");
 }
@@ -224,7 +217,7 @@ CHILD_PROBE(new_thread) {
 
 TEST_CASE("A new thread starts with no current context and binds the same primary context",
           "[gpu]") {
-  const auto c = probe("new_thread");
+  const auto c = run_child_probe_ok("new_thread");
   CHECK(c.value("before_has_current") == "0");
   CHECK(c.value("after_is_main_context") == "1");
   CHECK(c.value("thread_device") == "0");
@@ -255,7 +248,7 @@ CHILD_PROBE(driver_context_hosts_runtime_calls) {
 
 TEST_CASE("Runtime calls run in a context created with the Driver API when it is current",
           "[gpu]") {
-  const auto c = probe("driver_context_hosts_runtime_calls");
+  const auto c = run_child_probe_ok("driver_context_hosts_runtime_calls");
   CHECK(c.value("allocation_in_own_context") == "1");
   CHECK(c.value("primary_active_meanwhile") == "0");  // the runtime adopted ours, made none
   CHECK(c.value("current_after_destroy") == "0");
@@ -273,8 +266,9 @@ TEST_CASE("CUDA_MODULE_LOADING sets the driver's module loading mode", "[gpu]") 
   // cudaGetKernel + cuKernelGetFunction alike, so getting the handle may itself load it. The
   // mode is observable, and so is a module being loaded (CUPTI: exercise 2's test); the binary
   // times the effect.
-  CHECK(probe("loading_mode", {"CUDA_MODULE_LOADING=LAZY"}).value("lazy_mode") == "1");
-  CHECK(probe("loading_mode", {"CUDA_MODULE_LOADING=EAGER"}).value("lazy_mode") == "0");
+  CHECK(run_child_probe_ok("loading_mode", {"CUDA_MODULE_LOADING=LAZY"}).value("lazy_mode") == "1");
+  CHECK(run_child_probe_ok("loading_mode", {"CUDA_MODULE_LOADING=EAGER"}).value("lazy_mode") ==
+        "0");
 }
 
 CHILD_PROBE(first_call) {
@@ -298,7 +292,7 @@ TEST_CASE("Which first call creates the primary context, and which makes it curr
                              {"cudaMemGetInfo", "1", "1"},     {"cudaFree(0)", "1", "1"},
                              {"cudaMalloc", "1", "1"}};
   for (const auto& e : expected) {
-    const auto c = probe("first_call", {std::string("LESSON01_CALL=") + e.call});
+    const auto c = run_child_probe_ok("first_call", {std::string("LESSON01_CALL=") + e.call});
     INFO("first call: " << e.call);
     CHECK(c.value("driver_initialised") == "1");
     CHECK(c.value("primary_active") == e.creates);
@@ -338,7 +332,7 @@ CHILD_PROBE(ex1_is_active) {
 
 TEST_CASE("Exercise 1: primary_context_is_active answers without creating a context",
           "[gpu][ex1]") {
-  const auto c = probe("ex1_is_active");
+  const auto c = run_child_probe_ok("ex1_is_active");
   CHECK(c.value("fresh") == "0");
   CHECK(c.value("created_by_asking") == "0");
   CHECK(c.value("after_set_device") == "1");
@@ -398,7 +392,7 @@ CHILD_PROBE(ex2_warm_up) {
 }
 
 TEST_CASE("Exercise 2: after warm_up the primary context exists and is current", "[gpu][ex2]") {
-  const auto c = probe("ex2_warm_up", {"CUDA_MODULE_LOADING=LAZY"});
+  const auto c = run_child_probe_ok("ex2_warm_up", {"CUDA_MODULE_LOADING=LAZY"});
   CHECK(c.value("primary_active") == "1");
   CHECK(c.value("current_is_primary") == "1");
   CHECK(c.value("a_result") == "1");
@@ -407,7 +401,8 @@ TEST_CASE("Exercise 2: after warm_up the primary context exists and is current",
 
 TEST_CASE("Exercise 2: after warm_up the first launches load no module (CUPTI, lazy loading)",
           "[gpu][ex2]") {
-  const auto control = probe("ex2_first_launch_without_warm_up", {"CUDA_MODULE_LOADING=LAZY"});
+  const auto control =
+      run_child_probe_ok("ex2_first_launch_without_warm_up", {"CUDA_MODULE_LOADING=LAZY"});
   if (control.value("cupti") == "busy") {
     WARN(
         "CUPTI is held by another tool (Nsight, cuda-gdb, a sanitizer): module loading cannot be "
@@ -420,7 +415,7 @@ TEST_CASE("Exercise 2: after warm_up the first launches load no module (CUPTI, l
   // Without a warm-up the first launch loads the module: the observation works.
   REQUIRE(std::stoi(control.value("loads_in_first_launches")) >= 1);
 
-  const auto c = probe("ex2_warm_up", {"CUDA_MODULE_LOADING=LAZY"});
+  const auto c = run_child_probe_ok("ex2_warm_up", {"CUDA_MODULE_LOADING=LAZY"});
   INFO("warm_up child printed:\n" << c.output);
   REQUIRE(c.value("cupti") == "ok");
   CHECK(c.value("lazy_mode") == "1");
@@ -462,7 +457,7 @@ CHILD_PROBE(ex3_own_context) {
 
 TEST_CASE("Exercise 3: a Driver API context hosts runtime calls and is gone afterwards",
           "[gpu][ex3]") {
-  const auto c = probe("ex3_own_context");
+  const auto c = run_child_probe_ok("ex3_own_context");
   CHECK(c.value("new_context_is_not_primary") == "1");
   CHECK(c.value("fn_ran_in_it") == "1");
   CHECK(c.value("runtime_allocated_in_it") == "1");

@@ -1,0 +1,585 @@
+// Tests of lesson 11.
+//
+//   CPU          the split, the bandwidth formulas (against numbers computed by hand from
+//                nccl-tests' doc/PERFORMANCE.md), topology parsing, link ceilings, the
+//                CUDA_VISIBLE_DEVICES rule, bad input before any device is touched, NCCL's error
+//                text, the replica check on made-up reports
+//   [gpu]        one GPU is enough: the per-thread facts that hold on one device, the
+//                CUDA_VISIBLE_DEVICES rule against the real runtime, a same-device event
+//                hand-off, the copies, a one-rank NCCL communicator (an all-reduce of one rank is
+//                the identity), the tensor-parallel GEMM on one rank, a replica on GPU 0
+//   [multigpu]   two GPUs or more (test_main leaves them out below 2, and ctest runs them as
+//                11/multigpu, skipped below 2): a new thread on device 0 while main is on 1,
+//                memory and streams of device 1, the launch and record errors across devices,
+//                the cross-device event wait, peer copies, the two splits against one GPU,
+//                replicas on two GPUs, NCCL over two ranks
+//
+// Facts about the current device are observed in fresh child processes (CHILD_PROBE, as lesson
+// 01 does): the test process has already chosen devices, and the facts are about a process
+// that has not.
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "common/memory.hpp"
+#include "common/stream.hpp"
+#include "common/testing.hpp"
+#include "multi_gpu.cuh"
+#include "multi_gpu_host.hpp"
+#include "replicas.hpp"
+#include "tensor_parallel.hpp"
+
+#ifdef COURSE_HAVE_NCCL
+#include <nccl.h>
+#endif
+
+using course::testing::Approx;
+using course::testing::Contains;
+using course::testing::report;
+using course::testing::run_child_probe_ok;
+using namespace lesson11;
+
+namespace {
+
+// Elements of `got` farther from `want` than split_vs_single_bound(K, sum_k |a_mk b_kn|).
+int outside_bound(const std::vector<float>& got, const std::vector<float>& want,
+                  const std::vector<float>& A, const std::vector<float>& B, int M, int N, int K,
+                  double* worst_ratio) {
+  int bad = 0;
+  *worst_ratio = 0;
+  for (int m = 0; m < M; ++m) {
+    for (int n = 0; n < N; ++n) {
+      double abs_sum = 0;
+      for (int k = 0; k < K; ++k) {
+        abs_sum += std::fabs(static_cast<double>(A[static_cast<std::size_t>(m) * K + k]) *
+                             B[static_cast<std::size_t>(k) * N + n]);
+      }
+      const std::size_t i = static_cast<std::size_t>(m) * N + n;
+      const double diff = std::fabs(static_cast<double>(got[i]) - want[i]);
+      const double bound = split_vs_single_bound(K, abs_sum);
+      *worst_ratio = std::max(*worst_ratio, bound > 0 ? diff / bound : 0.0);
+      if (diff > bound) ++bad;
+    }
+  }
+  return bad;
+}
+}  // namespace
+
+// ===================================================================================== CPU
+
+TEST_CASE("A device index is checked against the count before any device is touched", "[cpu]") {
+  CHECK_NOTHROW(check_device_ordinal("t", 1, 2));
+  CHECK_THROWS_AS(check_device_ordinal("t", 2, 2), std::invalid_argument);
+  CHECK_THROWS_WITH(check_device_ordinal("t", 2, 2),
+                    Contains("device 2 does not exist") && Contains("ordinals 0..1"));
+  CHECK_THROWS_WITH(check_device_ordinal("t", -1, 8), Contains("device -1 does not exist"));
+  CHECK_THROWS_WITH(check_device_ordinal("t", 0, 0), Contains("no CUDA device"));
+  CHECK_THROWS_WITH(check_device_list("t", {}, 2), Contains("empty"));
+  CHECK_THROWS_WITH(check_device_list("t", {0, 1, 0}, 2), Contains("listed twice"));
+  CHECK_NOTHROW(check_device_list("t", {1, 0}, 2));
+}
+
+TEST_CASE("Functions that take devices refuse a bad one with std::invalid_argument", "[cpu]") {
+  // On any machine, a GPU with ordinal 1000 does not exist; with no GPU, none does.
+  lesson09::PipelineConfig c;
+  CHECK_THROWS_AS(run_replicas({1000}, c, 0.0), std::invalid_argument);
+  CHECK_THROWS_AS(run_replicas({}, c, 0.0), std::invalid_argument);
+  CHECK_THROWS_AS(NcclGroup({1000}), std::invalid_argument);
+  CHECK_THROWS_WITH(NcclGroup(std::vector<int>{}), Contains("empty"));
+  CHECK_THROWS_AS(cross_device_handoff(0, 1000, 1, 0), std::invalid_argument);
+  CHECK_THROWS_AS(compare_peer_and_staged(1000, 0, 1024, 1), std::invalid_argument);
+  CHECK_THROWS_AS(ScopedDevice(1000), std::invalid_argument);
+}
+
+TEST_CASE("CUDA_VISIBLE_DEVICES: renumbered in list order, read up to the first invalid entry",
+          "[cpu]") {
+  CHECK(visible_device_count("", 8) == 0);
+  CHECK(visible_device_count("0", 8) == 1);
+  CHECK(visible_device_count("3,1", 8) == 2);
+  CHECK(visible_device_count("0,1,2,3,4,5,6,7", 8) == 8);
+  CHECK(visible_device_count("0,8,1", 8) == 1);  // 8 does not exist: 1 after it is not seen
+  CHECK(visible_device_count("8,0", 8) == 0);
+  CHECK(visible_device_count("0,-1,1", 8) == 1);
+  CHECK(visible_device_count("0,x", 8) == 1);
+  CHECK(visible_device_count("0, 1", 8) == 1);  // a space makes the entry invalid
+  CHECK_FALSE(visible_device_count("GPU-6f1c", 8).has_value());
+  CHECK_FALSE(visible_device_count("0,0", 8).has_value());
+}
+
+TEST_CASE("nvidia-smi topo -m: the GPU x GPU matrix", "[cpu]") {
+  // An 8 x H200 HGX board (NVLink through NVSwitch: every pair NV18), abridged.
+  const std::string hgx =
+      "\tGPU0\tGPU1\tGPU2\tNIC0\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\n"
+      "GPU0\t X \tNV18\tNV18\tPXB\t0-47\t0\t\tN/A\n"
+      "GPU1\tNV18\t X \tNV18\tSYS\t0-47\t0\t\tN/A\n"
+      "GPU2\tNV18\tNV18\t X \tSYS\t48-95\t1\t\tN/A\n"
+      "NIC0\tPXB\tSYS\tSYS\t X \n\n"
+      "Legend:\n\n  X    = Self\n  NV#  = Connection traversing a bonded set of # NVLinks\n";
+  const auto m = parse_topology(hgx);
+  REQUIRE(m.size() == 3);
+  REQUIRE(m[0].size() == 3);
+  CHECK(m[0][0].kind == "X");
+  CHECK(m[0][1].kind == "NV");
+  CHECK(m[0][1].nvlinks == 18);
+  CHECK(m[2][1].nvlinks == 18);
+  const auto pcie = parse_topology("\tGPU0\tGPU1\nGPU0\t X \tSYS\nGPU1\tSYS\t X \n");
+  CHECK(pcie[1][0].kind == "SYS");
+  CHECK(pcie[1][0].nvlinks == 0);
+  CHECK_THROWS_AS(parse_topology("no matrix here"), std::invalid_argument);
+  CHECK_THROWS_AS(parse_topology("\tGPU0\tGPU1\nGPU0\t X \tWAT\n"), std::invalid_argument);
+}
+
+TEST_CASE("Link ceilings: NVLink links x rate, PCIe rate x lanes x encoding", "[cpu]") {
+  CHECK(nvlink_gbps(18, 4) == Approx(450.0));  // H100 / H200 SXM
+  CHECK(nvlink_gbps(12, 3) == Approx(300.0));  // A100 SXM
+  CHECK(nvlink_gbps(18, 5) == Approx(900.0));  // B200
+  CHECK_THROWS_AS(nvlink_gbps(0, 4), std::invalid_argument);
+  CHECK_THROWS_AS(nvlink_gbps(4, 1), std::invalid_argument);
+  CHECK(nvlink_gen_of(9, 0) == 4);
+  CHECK(nvlink_gen_of(8, 9) == 0);
+  CHECK(pcie_gbps(32.0, 16) == Approx(63.015).epsilon(1e-4));  // gen 5 x16
+  CHECK(pcie_gbps(16.0, 16) == Approx(31.508).epsilon(1e-4));  // gen 4 x16
+  CHECK(pcie_gbps(5.0, 16) == Approx(8.0));                    // gen 2 x16, 8b/10b
+  CHECK_THROWS_AS(pcie_gbps(0, 16), std::invalid_argument);
+  CHECK(parse_link_speed("32.0 GT/s PCIe\n") == Approx(32.0));
+  CHECK(parse_link_speed("16 GT/s") == Approx(16.0));
+  CHECK_FALSE(parse_link_speed("Unknown").has_value());
+}
+
+TEST_CASE("partition: the split of N or K over GPUs, and what is refused", "[cpu][ex1]") {
+  SECTION("even: 4096 over 2 and 4") {
+    const Partition p = partition(4096, 2, 8);
+    CHECK(p.offset == std::vector<int>{0, 2048});
+    CHECK(p.size == std::vector<int>{2048, 2048});
+    CHECK(p.even());
+    CHECK(partition(4096, 4, 8).size == std::vector<int>{1024, 1024, 1024, 1024});
+  }
+  SECTION("uneven, every part starting on a multiple of the alignment") {
+    const Partition p = partition(4096, 3, 8);
+    CHECK(p.size == std::vector<int>{1368, 1368, 1360});
+    CHECK(p.offset == std::vector<int>{0, 1368, 2736});
+    CHECK_FALSE(p.even());
+    CHECK(p.max_size() == 1368);
+    CHECK(partition(520, 2, 8).size == std::vector<int>{264, 256});
+    CHECK(partition(1000, 2, 8).size == std::vector<int>{504, 496});
+    CHECK(partition(7, 3, 1).size == std::vector<int>{3, 3, 1});
+  }
+  SECTION("one part, and parts of one element") {
+    CHECK(partition(1, 1, 8).size == std::vector<int>{1});
+    CHECK(partition(5, 5, 1).size == std::vector<int>{1, 1, 1, 1, 1});
+  }
+  SECTION("refused: a part would be empty, or a bad argument") {
+    CHECK_THROWS_AS(partition(10, 4, 8), std::invalid_argument);  // 3 x 8 = 24 > 10
+    CHECK_THROWS_AS(partition(8, 2, 8), std::invalid_argument);   // 8 + 0
+    CHECK_THROWS_WITH(partition(10, 4, 8), Contains("multiples of 8"));
+    CHECK_THROWS_AS(partition(0, 2, 8), std::invalid_argument);
+    CHECK_THROWS_AS(partition(16, 0, 8), std::invalid_argument);
+    CHECK_THROWS_AS(partition(16, 2, 0), std::invalid_argument);
+  }
+  SECTION("the parts cover [0, n) without a gap, whatever n") {
+    for (int n = 1; n <= 300; ++n) {
+      for (int parts = 1; parts <= 8; ++parts) {
+        Partition p;
+        try {
+          p = partition(n, parts, 8);
+        } catch (const std::invalid_argument&) {
+          CHECK(n <= (parts - 1) * (((n + parts - 1) / parts + 7) / 8 * 8));
+          continue;
+        }
+        int next = 0;
+        for (int i = 0; i < parts; ++i) {
+          CHECK(p.offset[static_cast<std::size_t>(i)] == next);
+          CHECK(p.offset[static_cast<std::size_t>(i)] % 8 == 0);
+          CHECK(p.size[static_cast<std::size_t>(i)] >= 1);
+          next += p.size[static_cast<std::size_t>(i)];
+        }
+        CHECK(next == n);
+      }
+    }
+  }
+}
+
+TEST_CASE("Bus bandwidth as nccl-tests defines it, against hand-computed numbers", "[cpu][ex2]") {
+  // doc/PERFORMANCE.md: all-reduce busbw = algbw x 2(n-1)/n, all-gather busbw = algbw x (n-1)/n.
+  CHECK(allreduce_bus_factor(1) == 0.0);
+  CHECK(allreduce_bus_factor(2) == Approx(1.0));
+  CHECK(allreduce_bus_factor(4) == Approx(1.5));
+  CHECK(allreduce_bus_factor(8) == Approx(1.75));
+  CHECK(allgather_bus_factor(1) == 0.0);
+  CHECK(allgather_bus_factor(2) == Approx(0.5));
+  CHECK(allgather_bus_factor(8) == Approx(0.875));
+  CHECK_THROWS_AS(allreduce_bus_factor(0), std::invalid_argument);
+  CHECK_THROWS_AS(allgather_bus_factor(-1), std::invalid_argument);
+  // 1 GiB in 10 ms: algbw 107.374 GB/s; all-reduce on 8 GPUs 187.90 GB/s, all-gather 93.95.
+  const std::size_t gib = 1u << 30;
+  CHECK(algbw_gbps(gib, 0.01) == Approx(107.3741824));
+  CHECK(allreduce_busbw_gbps(gib, 0.01, 8) == Approx(187.9048192));
+  CHECK(allgather_busbw_gbps(gib, 0.01, 8) == Approx(93.9524096));
+  CHECK(allreduce_busbw_gbps(gib, 0.01, 2) == Approx(107.3741824));
+  CHECK_THROWS_AS(algbw_gbps(0, 1.0), std::invalid_argument);
+  CHECK_THROWS_AS(algbw_gbps(16, 0.0), std::invalid_argument);
+}
+
+TEST_CASE("Scaling efficiency and the split-sum error bound", "[cpu]") {
+  CHECK(scaling_efficiency(1000, 1900, 2) == Approx(0.95));
+  CHECK(scaling_efficiency(1000, 1000, 1) == Approx(1.0));
+  CHECK_THROWS_AS(scaling_efficiency(0, 1, 2), std::invalid_argument);
+  CHECK_THROWS_AS(scaling_efficiency(1, 1, 0), std::invalid_argument);
+  // gamma_4096 = 4096 u / (1 - 4096 u), u = 2^-24: 2^-12 / (1 - 2^-12) = 2.4420024e-4.
+  CHECK(fp32_sum_error_bound(4096, 1.0) == Approx(2.4420024e-4).epsilon(1e-5));
+  CHECK(split_vs_single_bound(4096, 3.0) == Approx(6 * 2.4420024e-4).epsilon(1e-5));
+  CHECK(fp32_sum_error_bound(0, 5.0) == 0.0);
+  CHECK_THROWS_AS(fp32_sum_error_bound(-1, 1.0), std::invalid_argument);
+  CHECK_THROWS_AS(fp32_sum_error_bound(1 << 24, 1.0), std::invalid_argument);
+}
+
+CHILD_PROBE(nvls_setting) {
+  report("nvls", nccl_disable_nvls());
+  return 0;
+}
+
+TEST_CASE("NCCL_NVLS_ENABLE is set to 0 unless the user set it", "[cpu]") {
+  CHECK(run_child_probe_ok("nvls_setting").value("nvls") == "0");
+  CHECK(run_child_probe_ok("nvls_setting", {"NCCL_NVLS_ENABLE=0"}).value("nvls") == "0");
+  // A value the user set is kept (and printed by the binary, so it can be seen).
+  CHECK(run_child_probe_ok("nvls_setting", {"NCCL_NVLS_ENABLE=2"}).value("nvls") == "2");
+}
+
+TEST_CASE("NCCL errors name the call and NCCL's own text", "[cpu]") {
+  INFO(nccl_build_note());
+  CHECK_NOTHROW(check_nccl(0, "ncclAllReduce(...)", "f.cpp", 1));
+  try {
+    check_nccl(4, "ncclAllReduce(buf, buf, n, ncclFloat, ncclSum, comm, stream)", "f.cpp", 12);
+    FAIL("check_nccl did not throw");
+  } catch (const NcclError& e) {
+    CHECK(e.code() == 4);
+    const std::string what = e.what();
+    CHECK_THAT(what, Contains("ncclAllReduce(buf") && Contains("f.cpp:12"));
+    if (nccl_available()) {
+      CHECK_THAT(what, Contains("ncclInvalidArgument") && Contains("invalid argument"));
+    } else {
+      CHECK_THAT(what, Contains("NCCL not found at build time"));
+    }
+  }
+  if (!nccl_available()) {
+    CHECK_THAT(nccl_build_note(), Contains("NCCL not found at build time"));
+  }
+}
+
+TEST_CASE("The replica check finds wrong, repeated and missing frames", "[cpu]") {
+  lesson09::PipelineConfig c;
+  c.frames = 6;
+  const lesson09::SyntheticVideo video(c.frame_width, c.frame_height, c.num_classes);
+  lesson09::RunReport r;
+  for (std::int64_t k = 0; k < c.frames; ++k) {
+    lesson09::FrameResult f;
+    f.frame = k;
+    for (const lesson09::TruthBox& t : video.truth(k)) {
+      f.detections.push_back({t.box, 0.95f, t.class_id, 0});
+    }
+    r.results.push_back(f);
+  }
+  CHECK(check_replica(r, c).ok());
+  SECTION("a dropped frame is accounted for") {
+    r.dropped.push_back(5);
+    r.results.pop_back();
+    CHECK(check_replica(r, c).ok());
+  }
+  SECTION("missing") {
+    r.results.pop_back();
+    CHECK(check_replica(r, c).missing == 1);
+  }
+  SECTION("repeated") {
+    r.results.push_back(r.results.front());
+    CHECK(check_replica(r, c).repeated == 1);
+  }
+  SECTION("wrong boxes") {
+    r.results[2].detections.front().box.x1 += 200;
+    const ReplicaCheck k = check_replica(r, c);
+    CHECK(k.wrong == 1);
+    CHECK_THAT(k.first_problem, Contains("frame 2"));
+  }
+}
+
+// ================================================================================ one GPU
+
+CHILD_PROBE(one_device_facts) {
+  const int n = device_count();
+  report("count", n);
+  report("new_thread_device", new_thread_device());
+  course::DeviceBuffer<float> buf(16);
+  report("pointer_device", pointer_device(buf.data()));
+  course::Stream s;
+  report("stream_device", stream_device(s));
+  const cudaError_t e = cudaSetDevice(n);  // one past the last
+  report("set_invalid", course::describe(e).substr(0, course::describe(e).find(' ')));
+  (void)cudaGetLastError();
+  try {
+    ScopedDevice bad(n);
+    report("scoped_invalid", "no exception");
+  } catch (const std::invalid_argument&) {
+    report("scoped_invalid", "invalid_argument");
+  }
+  return 0;
+}
+
+TEST_CASE("One device: a new thread, memory and a stream are on device 0; a bad index is refused",
+          "[gpu]") {
+  const auto c = run_child_probe_ok("one_device_facts");
+  CHECK(c.value("new_thread_device") == "0");
+  CHECK(c.value("pointer_device") == "0");
+  CHECK(c.value("stream_device") == "0");
+  CHECK(c.value("set_invalid") == "cudaErrorInvalidDevice");
+  CHECK(c.value("scoped_invalid") == "invalid_argument");
+}
+
+CHILD_PROBE(visible_count) {
+  int n = 0;
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  report("count", e == cudaSuccess ? n : 0);
+  return 0;
+}
+
+TEST_CASE("CUDA_VISIBLE_DEVICES: the runtime agrees with visible_device_count", "[gpu]") {
+  // Indices that exist on any machine with a GPU (0) and on none (99999): the answers do not
+  // depend on how many GPUs there are.
+  for (const std::string v : {"", "0", "0,99999", "99999,0", "0,-1", "-1"}) {
+    INFO("CUDA_VISIBLE_DEVICES=" << v);
+    const auto c = run_child_probe_ok("visible_count", {"CUDA_VISIBLE_DEVICES=" + v});
+    const auto want = visible_device_count(v, 64);
+    REQUIRE(want.has_value());
+    CHECK(std::stoi(c.value("count")) == *want);
+  }
+}
+
+TEST_CASE("Two streams of one GPU: the consumer waits for the producer's event", "[gpu][ex3]") {
+  // The producer spins 50 ms before it writes; without the wait the consumer reads 0.
+  const Handoff h = cross_device_handoff(0, 0, 42, 50000);
+  CHECK(h.consumer_read == 42);
+  CHECK(h.flag_at_wait_return == 0);  // the wait is on the GPU: the host went on at once
+  CHECK(cross_device_handoff(0, 0, 7, 0).consumer_read == 7);
+}
+
+TEST_CASE("Copies on one GPU: peer copy to itself (device to device) and staged", "[gpu]") {
+  const CopyComparison c = compare_peer_and_staged(0, 0, 16u << 20, 2);
+  CHECK_FALSE(c.peer_access);
+  CHECK(c.peer_correct);
+  CHECK(c.staged_correct);
+  CHECK(c.peer_gbps > 0);
+  CHECK(c.staged_gbps > 0);
+  CHECK_THROWS_AS(compare_peer_and_staged(0, 0, 6, 1), std::invalid_argument);
+}
+
+TEST_CASE("NCCL on one GPU: a one-rank communicator; all-reduce and all-gather are the identity",
+          "[gpu][nccl]") {
+  if (!nccl_available()) {
+    WARN(nccl_build_note());
+    return;
+  }
+  NcclGroup group({0});
+  CHECK(group.size() == 1);
+  std::vector<float> host(1000);
+  for (std::size_t i = 0; i < host.size(); ++i) host[i] = 0.5f * static_cast<float>(i) - 3.0f;
+  ScopedDevice on(0);
+  course::DeviceBuffer<float> buf = course::to_device(host), gathered(host.size());
+  all_reduce_sum(group, {buf.data()}, host.size());
+  all_gather(group, {buf.data()}, {gathered.data()}, host.size());
+  group.synchronize();
+  CHECK(course::to_host(buf) == host);
+  CHECK(course::to_host(gathered) == host);
+  const CollectiveTiming t = time_collective(group, Collective::all_reduce, 1u << 20, 3);
+  CHECK(t.seconds > 0);
+  CHECK(t.busbw_gbps == 0.0);  // one rank: nothing crosses a link
+  CHECK_THROWS_AS(time_collective(group, Collective::all_gather, 6, 1), std::invalid_argument);
+  CHECK_THROWS_AS(all_reduce_sum(group, {}, 1), std::invalid_argument);
+#ifdef COURSE_HAVE_NCCL
+  // A datatype NCCL does not have: refused at the call, as ncclInvalidArgument.
+  try {
+    check_nccl(ncclAllReduce(buf.data(), buf.data(), 1, static_cast<ncclDataType_t>(99), ncclSum,
+                             group.comm(0), group.stream(0)),
+               "ncclAllReduce", __FILE__, __LINE__);
+    FAIL("ncclAllReduce accepted datatype 99");
+  } catch (const NcclError& e) {
+    CHECK_THAT(std::string(e.what()), Contains("ncclAllReduce") && Contains("ncclInvalidArgument"));
+  }
+#endif
+}
+
+TEST_CASE("Tensor-parallel GEMM on one rank equals the one-GPU GEMM exactly", "[gpu][nccl]") {
+  if (!nccl_available()) {
+    WARN(nccl_build_note());
+    return;
+  }
+  const int M = 96, N = 136, K = 200;
+  const auto A = random_matrix(M, K, 1), B = random_matrix(K, N, 2);
+  const std::vector<float> one = single_gpu_gemm(0, M, N, K, A, B, 0, nullptr);
+  NcclGroup group({0});
+  for (TpMode mode : {TpMode::column_parallel, TpMode::row_parallel}) {
+    INFO(to_string(mode));
+    const TpResult r = tensor_parallel_gemm(group, mode, M, N, K, A, B, 0);
+    REQUIRE(r.c.size() == 1);
+    CHECK(r.c[0] == one);  // one rank: the same kernel on the same data, the collective a copy
+  }
+  CHECK_THROWS_AS(tensor_parallel_gemm(group, TpMode::row_parallel, M, N, K, A, {}, 0),
+                  std::invalid_argument);
+}
+
+TEST_CASE("One replica of lesson 09's pipeline on GPU 0: every frame checked", "[gpu]") {
+  lesson09::PipelineConfig c;
+  c.frames = 60;
+  c.workers = 2;
+  const ReplicaRun run = run_replicas({0}, c, 0.0);
+  REQUIRE(run.reports.size() == 1);
+  const ReplicaCheck k = check_replica(run.reports[0], c);
+  INFO(k.first_problem);
+  CHECK(k.ok());
+  CHECK(run.frames() == 60);
+}
+
+// ========================================================================== two GPUs or more
+
+CHILD_PROBE(new_thread_on_device_0) {
+  CUDA_CHECK(cudaSetDevice(1));
+  report("main_device", 1);
+  report("new_thread_device", new_thread_device());
+  return 0;
+}
+
+TEST_CASE("A new thread starts on device 0 whatever main chose", "[gpu][multigpu]") {
+  const auto c = run_child_probe_ok("new_thread_on_device_0");
+  CHECK(c.value("new_thread_device") == "0");
+}
+
+CHILD_PROBE(made_on_device_1) {
+  CUDA_CHECK(cudaSetDevice(1));
+  course::DeviceBuffer<float> buf(16);
+  course::Stream s1;
+  course::Event e1;
+  CUDA_CHECK(cudaSetDevice(0));
+  course::Stream s0;
+  course::Event e0;
+  report("pointer_device", pointer_device(buf.data()));
+  report("stream_device", stream_device(s1));
+  // Device 0 is current; the stream belongs to device 1.
+  const cudaError_t launch = try_launch(s1);
+  report("launch_into_other", course::describe(launch));
+  report("launch_into_own", course::describe(try_launch(s0)));
+  // An event of device 0 recorded on a stream of device 1 (current device 0, then 1).
+  report("record_mixed", course::describe(try_record(e0, s1)));
+  CUDA_CHECK(cudaSetDevice(1));
+  report("record_mixed_on_1", course::describe(try_record(e0, s1)));
+  report("record_own", course::describe(try_record(e1, s1)));
+  return 0;
+}
+
+TEST_CASE("Memory, streams and events belong to the device current when they were made",
+          "[gpu][multigpu]") {
+  const auto c = run_child_probe_ok("made_on_device_1");
+  CHECK(c.value("pointer_device") == "1");
+  CHECK(c.value("stream_device") == "1");
+  // Programming Guide, "Stream and Event Behavior": a launch into a stream of another device
+  // fails; recording an event into a stream of another device fails.
+  INFO("launch into a stream of device 1 from device 0: " << c.value("launch_into_other"));
+  CHECK(c.value("launch_into_other").rfind("cudaSuccess", 0) != 0);
+  CHECK(c.value("launch_into_own").rfind("cudaSuccess", 0) == 0);
+  CHECK(c.value("record_mixed").rfind("cudaSuccess", 0) != 0);
+  CHECK(c.value("record_mixed_on_1").rfind("cudaSuccess", 0) != 0);
+  CHECK(c.value("record_own").rfind("cudaSuccess", 0) == 0);
+}
+
+TEST_CASE("A kernel on GPU 1 waits for an event GPU 0 recorded after writing a flag",
+          "[gpu][multigpu][ex3]") {
+  for (auto [producer, consumer] : {std::pair<int, int>{0, 1}, std::pair<int, int>{1, 0}}) {
+    INFO("producer GPU " << producer << ", consumer GPU " << consumer);
+    const Handoff h = cross_device_handoff(producer, consumer, 42, 50000);
+    CHECK(h.consumer_read == 42);
+    CHECK(h.flag_at_wait_return == 0);
+  }
+}
+
+TEST_CASE("Peer copy and host-staged copy between GPU 0 and GPU 1 deliver the same bytes",
+          "[gpu][multigpu]") {
+  for (auto [src, dst] : {std::pair<int, int>{0, 1}, std::pair<int, int>{1, 0}}) {
+    const CopyComparison c = compare_peer_and_staged(src, dst, 32u << 20, 2);
+    INFO(src << " -> " << dst << ": peer " << c.peer_gbps << " GB/s (direct: " << c.peer_access
+             << "), staged " << c.staged_gbps << " GB/s");
+    CHECK(c.peer_correct);
+    CHECK(c.staged_correct);
+  }
+}
+
+TEST_CASE("Column- and row-parallel GEMM over 2 GPUs against the one-GPU GEMM",
+          "[gpu][multigpu][nccl]") {
+  if (!nccl_available()) {
+    WARN(nccl_build_note());
+    return;
+  }
+  // Uneven on purpose: N = 520 splits 264 + 256, K = 1000 splits 504 + 496.
+  const int M = 130, N = 520, K = 1000;
+  const auto A = random_matrix(M, K, 3), B = random_matrix(K, N, 4);
+  const std::vector<float> one = single_gpu_gemm(0, M, N, K, A, B, 0, nullptr);
+  NcclGroup group({0, 1});
+  for (TpMode mode : {TpMode::column_parallel, TpMode::row_parallel}) {
+    const TpResult r = tensor_parallel_gemm(group, mode, M, N, K, A, B, 0);
+    REQUIRE(r.c.size() == 2);
+    CHECK_FALSE(r.split.even());
+    for (int rank = 0; rank < 2; ++rank) {
+      double worst = 0;
+      const int bad =
+          outside_bound(r.c[static_cast<std::size_t>(rank)], one, A, B, M, N, K, &worst);
+      INFO(to_string(mode) << ", rank " << rank << ": worst |diff| / bound " << worst);
+      CHECK(bad == 0);
+    }
+    CHECK(r.c[0] == r.c[1]);  // every rank holds the same C after the collective
+  }
+  // N = 8 over 2 GPUs in multiples of 8 leaves GPU 1 nothing: refused before any GPU work.
+  CHECK_THROWS_AS(tensor_parallel_gemm(group, TpMode::column_parallel, 4, 8, 4,
+                                       random_matrix(4, 4, 5), random_matrix(4, 8, 6), 0),
+                  std::invalid_argument);
+}
+
+TEST_CASE("NCCL over 2 GPUs: all-reduce sums, all-gather concatenates", "[gpu][multigpu][nccl]") {
+  if (!nccl_available()) {
+    WARN(nccl_build_note());
+    return;
+  }
+  NcclGroup group({0, 1});
+  const std::size_t n = 4096;
+  std::vector<course::DeviceBuffer<float>> buf, out;
+  for (int r = 0; r < 2; ++r) {
+    ScopedDevice on(r);
+    buf.push_back(course::to_device(std::vector<float>(n, static_cast<float>(r + 1))));
+    out.emplace_back(2 * n);
+  }
+  all_gather(group, {buf[0].data(), buf[1].data()}, {out[0].data(), out[1].data()}, n);
+  group.synchronize();
+  all_reduce_sum(group, {buf[0].data(), buf[1].data()}, n);
+  group.synchronize();
+  for (int r = 0; r < 2; ++r) {
+    ScopedDevice on(r);
+    CHECK(course::to_host(buf[static_cast<std::size_t>(r)]) == std::vector<float>(n, 3.0f));
+    std::vector<float> want(n, 1.0f);
+    want.resize(2 * n, 2.0f);
+    CHECK(course::to_host(out[static_cast<std::size_t>(r)]) == want);
+  }
+  CHECK(time_collective(group, Collective::all_reduce, 8u << 20, 3).busbw_gbps > 0);
+  CHECK_THROWS_AS(NcclGroup({0, 0}), std::invalid_argument);
+}
+
+TEST_CASE("Replicas of lesson 09's pipeline on 2 GPUs: every frame of each checked",
+          "[gpu][multigpu]") {
+  lesson09::PipelineConfig c;
+  c.frames = 60;
+  const ReplicaRun run = run_replicas({0, 1}, c, 0.0);
+  REQUIRE(run.reports.size() == 2);
+  for (std::size_t r = 0; r < 2; ++r) {
+    const ReplicaCheck k = check_replica(run.reports[r], c);
+    INFO("GPU " << r << ": " << k.first_problem);
+    CHECK(k.ok());
+  }
+  CHECK(run.frames() == 120);
+}
