@@ -4,9 +4,10 @@
 //   <exe> --require-gpu [catch2 args]    exit 77 (ctest's SKIP_RETURN_CODE) when no usable GPU
 //   <exe> --require-gpus N [catch2 args] exit 77 when fewer than N CUDA devices (N >= 1)
 //
-// Tests tagged [multigpu] need two or more devices (lesson 11): with fewer, they are left out
-// as [gpu] tests are with none, and add_lesson(... MULTIGPU) runs them in a ctest of their own
-// with --require-gpus 2, which ctest reports as skipped.
+// Tests tagged [multigpu] need two or more devices (lesson 11, whose test file calls
+// course::testing::note_multigpu_tests()): with fewer, they are left out as [gpu] tests are with
+// none, and add_lesson(... MULTIGPU) runs them in a ctest of their own with --require-gpus 2, which
+// ctest reports as skipped.
 //   <exe> --child-probe NAME             run one CHILD_PROBE in this fresh process and exit
 #if COURSE_CATCH2_MAJOR == 3
 #include <catch2/catch_session.hpp>
@@ -73,6 +74,19 @@ ChildReport run_child_probe(const std::string& name, const std::vector<std::stri
 bool gpu_available() {
   static const bool available = check_device_available().usable;
   return available;
+}
+
+namespace {
+bool& multigpu_flag() {
+  static bool noted = false;  // a function-local static: safe from static initialisers
+  return noted;
+}
+}  // namespace
+bool note_multigpu_tests() {
+  return multigpu_flag() = true;
+}
+bool has_multigpu_tests() {
+  return multigpu_flag();
 }
 
 }  // namespace course::testing
@@ -199,10 +213,8 @@ int main(int argc, char** argv) {
     std::printf("SKIPPED: these tests need %d GPUs; cudaGetDeviceCount() found %d\n", required_gpus,
                 device.device_count);
     return 77;
-  } else if (device.device_count < 2) {
-    std::printf(
-        "Note: 1 CUDA device: leaving out the tests tagged [multigpu], if any (they need "
-        "2).\n");
+  } else if (device.device_count < 2 && course::testing::has_multigpu_tests()) {
+    std::printf("Note: 1 CUDA device: leaving out the tests tagged [multigpu] (they need 2).\n");
     exclude_tagged(args, rewritten, "[multigpu]");
   }
   Catch::Session session;
@@ -214,10 +226,8 @@ int main(int argc, char** argv) {
         "NOT RUN: the tests tagged [gpu], which check the kernels (%s).\n"
         "The result above covers the CPU tests only; run again on a machine with a GPU.\n",
         device.reason.c_str());
-  } else if (device.device_count < 2) {
-    std::printf(
-        "NOT RUN: the tests tagged [multigpu], if any: they need 2 CUDA devices (found "
-        "1).\n");
+  } else if (device.device_count < 2 && course::testing::has_multigpu_tests()) {
+    std::printf("NOT RUN: the tests tagged [multigpu]: they need 2 CUDA devices (found 1).\n");
   }
   return result;
 }

@@ -90,6 +90,12 @@ void report(const std::string& key, const T& value) {
 // True when this process has a usable CUDA device (checked once).
 bool gpu_available();
 
+// A test file with [multigpu] tests says so from a static initialiser
+// (`const bool noted = course::testing::note_multigpu_tests();`), so that on a one-GPU machine
+// test_main reports them as not run; the binaries of other lessons stay quiet about them.
+bool note_multigpu_tests();
+bool has_multigpu_tests();
+
 }  // namespace course::testing
 
 #define COURSE_CONCAT_(a, b) a##b

@@ -83,4 +83,30 @@ __device__ __forceinline__ void store_two(const Epilogue& e, Out* C, int N, int 
   *reinterpret_cast<typename Pair<Out>::type*>(p) = v;
 }
 
+// Four adjacent elements (n .. n + 3) in one 16-byte (FP32) or 8-byte (FP16/BF16) store: the
+// write-out of a tile staged through shared memory, where each thread owns 4 consecutive
+// columns and a warp writes 128 contiguous elements. The caller guarantees n + 3 < N and
+// C + m * N + n aligned to four elements.
+template <class Out>
+__device__ __forceinline__ void store_four(const Epilogue& e, Out* C, int N, int m, int n,
+                                           float4 acc) {
+  Out* p = C + static_cast<std::size_t>(m) * N + n;
+  const float v0 = epilogue_value(e, p, n, acc.x), v1 = epilogue_value(e, p + 1, n + 1, acc.y);
+  const float v2 = epilogue_value(e, p + 2, n + 2, acc.z),
+              v3 = epilogue_value(e, p + 3, n + 3, acc.w);
+  if constexpr (sizeof(Out) == 4) {
+    *reinterpret_cast<float4*>(p) = make_float4(v0, v1, v2, v3);
+  } else {
+    typename Pair<Out>::type lo, hi;
+    lo.x = from_float<Out>(v0);
+    lo.y = from_float<Out>(v1);
+    hi.x = from_float<Out>(v2);
+    hi.y = from_float<Out>(v3);
+    uint2 bits;
+    bits.x = *reinterpret_cast<const unsigned*>(&lo);
+    bits.y = *reinterpret_cast<const unsigned*>(&hi);
+    *reinterpret_cast<uint2*>(p) = bits;
+  }
+}
+
 }  // namespace lesson10::detail

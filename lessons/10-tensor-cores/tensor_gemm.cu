@@ -407,7 +407,7 @@ __global__ void __launch_bounds__(v4tuned::kThreads, 1)
   constexpr unsigned kAStageBytes = kAStage * 2, kBStageBytes = kBStage * 2;
   extern __shared__ __align__(1024) unsigned char smem[];
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-  const TileCoord tile = grouped_tile(blockIdx.x, ceil_div(M, BM), ceil_div(N, BN), kGroupM);
+  const TileCoord tile = tile_coord(blockIdx.x, ceil_div(M, BM), ceil_div(N, BN), kGroupM);
   const int bm = tile.m * BM, bn = tile.n * BN;
   const RowCol wo = warp_origin(warp);
   const unsigned sA = smem_u32(smem), sB = sA + kStages * kAStageBytes;
@@ -569,7 +569,7 @@ void launch_mma_tuned(const char* who, int M, int N, int K, const In* A, const I
   constexpr int bytes = v4tuned::smem_bytes(kStages);
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
   const long long blocks = static_cast<long long>(ceil_div(M, v4tuned::BM)) *
-                           ceil_div(N, v4tuned::BN);  // a 1-D grid: grouped_tile maps it
+                           ceil_div(N, v4tuned::BN);  // a 1-D grid: tile_coord maps it
   if (blocks > INT_MAX)
     throw std::invalid_argument(std::string(who) + ": " + std::to_string(blocks) +
                                 " blocks exceed a 1-D grid");

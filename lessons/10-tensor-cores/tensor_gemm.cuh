@@ -217,7 +217,7 @@ __host__ __device__ inline TileCoord tile_coord(int tile, int tiles_m, int tiles
 //    flips exactly the chunk bits that the swizzle permutes, because the base's chunk bits
 //    already hold (lane's chunk) ^ (row % 8) (the functions below; the tests compare them with
 //    swizzled_offset for every thread, lane, fragment and k step).
-//  - blocks are rasterised in groups of kGroupM block rows (grouped_tile): the blocks resident
+//  - blocks are rasterised in groups of kGroupM block rows (tile_coord): the blocks resident
 //    at one time share A's and B's tiles in L2.
 namespace v4tuned {
 constexpr int BM = 128, BN = 256, BK = 64, kThreads = 256;
@@ -278,12 +278,6 @@ __host__ __device__ inline int b_load(int base, int j, int ks) {
   return (base ^ (j * 16)) + ks * 16 * BN;
 }
 
-// Grouped rasterisation: block `block` of a 1-D grid of tiles_m x tiles_n computes C tile
-// (m, n): tile_coord's order (above, shared with v6), groups of group_m block rows.
-__host__ __device__ inline TileCoord grouped_tile(int block, int tiles_m, int tiles_n,
-                                                  int group_m) {
-  return tile_coord(block, tiles_m, tiles_n, group_m);
-}
 }  // namespace v4tuned
 
 // ---------------------------------------------------------------- the launchers

@@ -341,7 +341,64 @@ __device__ __forceinline__ void write_rows(const Epilogue& e, Out* C, int M, int
     }
 }
 
-template <class In, class Out>
+// v6's write-out through shared memory (kStaged): when the block's one tile is done, the ring is
+// free (every TMA load was waited for, every wgmma has finished reading), so the two consumer
+// warp groups put their accumulators there as a 128 x 256 FP32 tile (rows padded by 8 floats:
+// a half-warp's float2 stores then hit 32 different banks), meet at a named barrier, and write
+// C row by row, each thread 4 consecutive columns: one 16- or 8-byte store per thread, a warp
+// covering 128 contiguous elements. The write-out is one short loop instead of 128 unrolled
+// accumulator stores (v5's, v7's): the unrolled one, about 400 KB of code with GELU inlined,
+// misses the instruction cache (ncu on the H200: a third of the warps' cycles stalled fetching
+// instructions), and its stores touch 16 bytes per row per instruction.
+namespace v6cfg {
+constexpr int kStagedLd = BN + 8;  // floats per staged row
+static_assert(BM * kStagedLd * 4 <= kStages * kStageBytes, "the staged tile must fit the ring");
+}  // namespace v6cfg
+
+// The 256 consumer threads (warp groups 1 and 2) only: named barrier 1 (0 is __syncthreads).
+__device__ __forceinline__ void consumers_sync() {
+  asm volatile("bar.sync 1, 256;\n" ::: "memory");
+}
+
+template <class Out>
+__device__ __forceinline__ void write_tile_staged(const Epilogue& e, Out* C, int M, int N, int bm,
+                                                  int bn, int rows, int warp, int lane,
+                                                  const float (&d)[128], float* staged,
+                                                  int store_quads) {
+  using v6cfg::BM, v6cfg::BN, v6cfg::kStagedLd;
+  consumers_sync();  // both warp groups are done with the ring
+#pragma unroll
+  for (int j = 0; j < 32; ++j)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const RowCol rc = mma_c_element(lane, 2 * h);
+      const int r = rows + warp * 16 + rc.row, c = j * 8 + rc.col;
+      *reinterpret_cast<float2*>(staged + r * kStagedLd + c) =
+          make_float2(d[j * 4 + 2 * h], d[j * 4 + 2 * h + 1]);
+    }
+  consumers_sync();
+  const int t = threadIdx.x - 128;  // 0..255
+#pragma unroll 2
+  for (int idx = t; idx < BM * (BN / 4); idx += 256) {
+    const int r = idx / (BN / 4), c = (idx % (BN / 4)) * 4, m = bm + r, n = bn + c;
+    if (m >= M || n >= N) continue;  // N % 8 == 0 and n % 4 == 0: n < N means n + 3 < N
+    const float4 v = *reinterpret_cast<const float4*>(staged + r * kStagedLd + c);
+    if (store_quads) {
+      store_four(e, C, N, m, n, v);
+    } else {
+      store_one(e, C, N, m, n, v.x);
+      store_one(e, C, N, m, n + 1, v.y);
+      store_one(e, C, N, m, n + 2, v.z);
+      store_one(e, C, N, m, n + 3, v.w);
+    }
+  }
+}
+
+// kStaged: v6, one tile per block, written out through shared memory (above); otherwise v7's
+// loop over tiles with the accumulators stored straight from registers (the ring is refilled
+// for the next tile meanwhile, so it cannot hold a staged tile). store_pairs: C aligned to two
+// elements (unstaged) or to four (staged).
+template <class In, class Out, bool kStaged>
 __global__ void __launch_bounds__(v6cfg::kThreads, 1)
     wgmma_128x256_kernel(const __grid_constant__ CUtensorMap map_a,
                          const __grid_constant__ CUtensorMap map_b, int M, int N, int K,
@@ -409,6 +466,11 @@ __global__ void __launch_bounds__(v6cfg::kThreads, 1)
       asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
       pin_registers(d);
       if (k_tiles > 0 && tid_in_wg == 0) mbar_arrive(&empty[pipeline_stage(it - 1, kStages)]);
+      if constexpr (kStaged) {
+        write_tile_staged(e, C, M, N, bm, bn, rows, warp, lane, d, reinterpret_cast<float*>(smem),
+                          store_pairs);
+        continue;  // one tile per block: the loop ends here
+      }
       // One branch around the whole write-out, not one per element: with the test inside the
       // loop ptxas serialises every wgmma (warning C7514).
       if (store_pairs)
@@ -490,14 +552,18 @@ template <class In, class Out>
 void launch_128x256(int grid_limit, int M, int N, int K, float alpha, const In* A, const In* B,
                     float beta, Out* C, const float* bias, Activation act, cudaStream_t stream) {
   using v6cfg::BK, v6cfg::BM, v6cfg::BN, v6cfg::kSmemBytes, v6cfg::kThreads;
-  const CUtensorMap map_a = make_map(A, M, K, BM);  // boxes of 128 rows (m) x 64 k
-  const CUtensorMap map_b = make_map(B, K, N, BK);  // boxes of 64 k rows x 64 columns
-  auto kernel = wgmma_128x256_kernel<In, Out>;
-  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
-  // Paired stores need C aligned to two elements (N is even, so then every row is).
-  const int pairs = reinterpret_cast<std::uintptr_t>(C) % (2 * sizeof(Out)) == 0 ? 1 : 0;
+  const CUtensorMap map_a = make_map(A, M, K, BM);      // boxes of 128 rows (m) x 64 k
+  const CUtensorMap map_b = make_map(B, K, N, BK);      // boxes of 64 k rows x 64 columns
   const int tiles = ceil_div(M, BM) * ceil_div(N, BN);  // <= INT_MAX / 32768: M N <= INT_MAX
   const int grid = grid_limit > 0 && grid_limit < tiles ? grid_limit : tiles;
+  // One tile per block (v6): the staged write-out. Blocks that loop (v7): from registers.
+  const bool staged = grid == tiles;
+  auto kernel = staged ? wgmma_128x256_kernel<In, Out, true> : wgmma_128x256_kernel<In, Out, false>;
+  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+  // Wide stores need C aligned to their width (N % 8 == 0, so then every row is): two elements
+  // from registers, four from the staged tile.
+  const std::size_t width = (staged ? 4 : 2) * sizeof(Out);
+  const int pairs = reinterpret_cast<std::uintptr_t>(C) % width == 0 ? 1 : 0;
   kernel<<<grid, kThreads, kSmemBytes, stream>>>(map_a, map_b, M, N, K, C,
                                                  Epilogue{alpha, beta, bias, act}, pairs);
   CUDA_CHECK_LAUNCH();

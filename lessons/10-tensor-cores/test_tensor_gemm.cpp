@@ -302,26 +302,6 @@ TEST_CASE("v4 tuned: ldmatrix addresses are mma's fragments at their swizzled of
   CHECK(smem_bytes(4) == 192 * 1024);  // within Hopper's 227 KiB per block
 }
 
-TEST_CASE("grouped rasterisation maps the 1-D grid onto every tile once, group by group",
-          "[cpu][v4]") {
-  for (const int tm : {1, 2, 15, 16, 17, 33, 40})
-    for (const int tn : {1, 3, 16, 32})
-      for (const int group : {1, 8, 16}) {
-        INFO("tiles " << tm << " x " << tn << ", group " << group);
-        std::set<int> seen;
-        for (int block = 0; block < tm * tn; ++block) {
-          const v4tuned::TileCoord t = v4tuned::grouped_tile(block, tm, tn, group);
-          REQUIRE(t.m >= 0);
-          REQUIRE(t.m < tm);
-          REQUIRE(t.n >= 0);
-          REQUIRE(t.n < tn);
-          CHECK(t.m / group == block / (group * tn));  // blocks stay in their group of rows
-          seen.insert(t.m * tn + t.n);
-        }
-        CHECK(seen.size() == static_cast<std::size_t>(tm * tn));
-      }
-}
-
 // ---------------------------------------------------------------- CPU: the pipeline
 
 namespace {
@@ -391,9 +371,9 @@ TEST_CASE("mbarrier phases: a stage's k-th completion has parity k % 2", "[cpu]"
 
 // ---------------------------------------------------------------- CPU: peak, bound, arguments
 
-TEST_CASE("v6's grouped tile order is a bijection onto the tile grid, group by group", "[cpu]") {
-  for (const int group : {1, 2, 8})
-    for (int tiles_m = 1; tiles_m <= 19; tiles_m += 3)
+TEST_CASE("the grouped tile order (v4 tuned, v6, v7) is a bijection, group by group", "[cpu]") {
+  for (const int group : {1, 2, 8, 16})
+    for (int tiles_m = 1; tiles_m <= 40; tiles_m += 3)
       for (int tiles_n = 1; tiles_n <= 7; ++tiles_n) {
         INFO("group " << group << ", " << tiles_m << " x " << tiles_n << " tiles");
         std::vector<int> seen(static_cast<std::size_t>(tiles_m) * tiles_n, 0);
