@@ -49,7 +49,11 @@ LESSONS = {
            [("Every version at 4096^3, FP16 and BF16, and the fused bias + GELU epilogue",
              r"^all_versions|^bf16|^epilogue", "TFLOP/s,%cublas*,%peak"),
             ("v4..v7 and cuBLAS by size; fully connected layers (batch 1-32 x 4096 x 4096); 1x1 "
-             "convolutions as GEMM", r"^sweep|^fc|^conv1x1", "TFLOP/s,latency_us,%cublas*,%peak")], []),
+             "convolutions as GEMM", r"^sweep|^fc|^conv1x1", "TFLOP/s,latency_us,%cublas*,%peak")],
+           [("versions_h200.png", r"^all_versions_4096/", "TFLOP/s", False,
+             "FP16 GEMM 4096^3 (TFLOP/s)"),
+            ("sweep_h200.png", r"^sweep/(cublas_fp16|v4_pipeline|v5_wgmma|v6_wgmma_128x256)/", "TFLOP/s", False,
+             "v4..v6 and cuBLAS FP16 by size (TFLOP/s)")]),
 }
 
 
