@@ -7,7 +7,8 @@
 // 3. the configurations, from the serial tutorial loop to N workers + graphs + batching: frames/s,
 //    latency p50/p90/p99/max, host CPU per frame, the bound and the % reached, every frame checked
 // 4. open loop: latency against offered load, up to and past capacity (drop-oldest)
-// 5. the best configuration's timeline: Chrome trace JSON (Perfetto) and an SVG (lesson 04's)
+// 5. the N workers + graphs configuration's timeline: Chrome trace JSON (Perfetto) and an SVG
+//    (lesson 04's)
 // 6. a resolution change mid-stream: graphs captured again (cudaGraphExecUpdate), what it costs
 #include <cuda_runtime_api.h>
 
@@ -236,7 +237,8 @@ int run(Options o) {
       percent_of_bound(rows[best].report.fps(), rows[best].bound), rows[best].bound.stage.c_str(),
       rows[best].bound.fps);
 
-  // 4. Open loop against the best non-batched configuration's capacity.
+  // 4. Open loop against the capacity of the same configuration (N workers + graphs), measured
+  // in step 3.
   double p50_80 = 0, p99_80 = 0;
   {
     PipelineConfig c = base;
@@ -245,8 +247,10 @@ int run(Options o) {
     const double capacity = rows[unbatched].report.fps();
     std::printf(
         "4. Open loop (%d workers + graphs): frames arrive at a set rate; latency against "
-        "offered load\n   (%% of the best measured %.0f frames/s). Past capacity, "
-        "drop-oldest keeps latency bounded and counts what it drops.\n",
+        "offered load\n   (%% of its closed-loop rate in step 3, %.0f frames/s). Latency counts "
+        "from when each frame was due:\n   past capacity, drop-oldest drops (and counts) frames "
+        "when the workers fall behind;\n   when the producer is the bound, frames are drawn late "
+        "instead.\n",
         o.workers, capacity);
     std::printf("  %8s %10s %8s %8s %8s %8s %8s\n", "load", "offered/s", "served/s", "p50 ms",
                 "p99 ms", "p99/p50", "dropped");
@@ -270,7 +274,7 @@ int run(Options o) {
                 p50_80 > 0 ? p99_80 / p50_80 : 0.0);
   }
 
-  // 5. The timeline of the best configuration.
+  // 5. The timeline of N workers + graphs.
   {
     PipelineConfig c = base;
     c.workers = o.workers;

@@ -74,7 +74,7 @@ RunCheck check_run(const RunReport& report, const PipelineConfig& c) {
 }
 
 // Frames per configuration of the big GPU test: 1000, or LESSON09_TEST_FRAMES (a smaller count
-// keeps compute-sanitizer runs short; DEVICE_CHECK.md uses 64).
+// keeps compute-sanitizer runs short; the H200 sanitizer runs used 64).
 std::int64_t grid_frames() {
   const char* env = std::getenv("LESSON09_TEST_FRAMES");
   return env != nullptr && std::atoll(env) > 0 ? std::atoll(env) : 1000;

@@ -27,7 +27,8 @@
 //                  group issues wgmma.m64n256k16: twice the MMA work per byte of A loaded),
 //                  setmaxnreg (producer 40 registers, consumers 232 for 128 accumulators each),
 //                  wgmma kept in flight across k-steps (wait_group 1), 4 stages of 48 KiB, tiles
-//                  in a grouped order (tile_coord) for L2 reuse, paired stores in the epilogue
+//                  in a grouped order (tile_coord) for L2 reuse, the write-out staged through shared memory
+//                  (store_four)
 //   v7_wgmma_persistent  v6's kernel on one block per SM, each looping over tiles: the next
 //                  tile's loads overlap this tile's write-out, and the prologue is paid once
 //

@@ -142,10 +142,11 @@ std::vector<std::vector<Link>> section_devices(int n) {
     std::printf("   nvidia-smi is not on PATH: no topology matrix.\n");
   } else {
     const course::ProcessResult r = course::run_process({smi, "topo", "-m"});
+    const std::string matrix = strip_ansi(r.output);
     std::printf("   nvidia-smi topo -m (exit %d):\n", r.exit_code);
-    std::printf("%s\n", r.output.c_str());
+    std::printf("%s\n", matrix.c_str());
     try {
-      topo = parse_topology(r.output);
+      topo = parse_topology(matrix);
     } catch (const std::invalid_argument& e) {
       std::printf("   (could not read the matrix: %s)\n", e.what());
     }

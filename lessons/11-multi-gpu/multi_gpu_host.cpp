@@ -86,6 +86,21 @@ std::optional<int> visible_device_count(const std::string& value, int physical) 
 
 // ---------------------------------------------------------------------------------- topology
 
+std::string strip_ansi(const std::string& text) {
+  std::string out;
+  out.reserve(text.size());
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    if (text[i] == '\x1b' && i + 1 < text.size() && text[i + 1] == '[') {
+      std::size_t j = i + 2;  // parameters and intermediates, then one final byte in @..~
+      while (j < text.size() && !(text[j] >= '@' && text[j] <= '~')) ++j;
+      i = j;  // skip the final byte too
+      continue;
+    }
+    out += text[i];
+  }
+  return out;
+}
+
 std::vector<std::vector<Link>> parse_topology(const std::string& text) {
   std::istringstream lines(text);
   std::string line;

@@ -58,6 +58,10 @@ struct Link {
 // affinity columns are ignored). Throws std::invalid_argument if the text has no "GPU0" header
 // or a row is shorter than the header or holds an unknown cell.
 std::vector<std::vector<Link>> parse_topology(const std::string& topo_m_output);
+// The text without ANSI escape sequences (ESC '[' parameters, then a final letter): nvidia-smi
+// underlines the matrix's header with them even when its output goes to a pipe (seen on the
+// H200 host, driver 580).
+std::string strip_ansi(const std::string& text);
 
 // Peak bandwidth of a link, one direction, GB/s (1e9 bytes/s).
 //  NVLink: links x per-link rate. NVLink 2, 3 and 4 (Volta, Ampere, Hopper) carry 25 GB/s per

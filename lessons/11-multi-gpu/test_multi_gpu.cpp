@@ -133,6 +133,12 @@ TEST_CASE("nvidia-smi topo -m: the GPU x GPU matrix", "[cpu]") {
   CHECK(pcie[1][0].kind == "SYS");
   CHECK(pcie[1][0].nvlinks == 0);
   CHECK_THROWS_AS(parse_topology("no matrix here"), std::invalid_argument);
+  // What nvidia-smi printed on the H200 host, header underlined with ANSI escapes.
+  const std::string underlined = "\x1b[4m\tGPU0\tCPU Affinity\x1b[0m\nGPU0\t X \t0-15\n";
+  CHECK(strip_ansi(underlined) == "\tGPU0\tCPU Affinity\nGPU0\t X \t0-15\n");
+  CHECK(parse_topology(strip_ansi(underlined)).size() == 1);
+  CHECK(strip_ansi("plain") == "plain");
+  CHECK(strip_ansi("\x1b[") == "");  // a truncated sequence is dropped, not read past the end
   CHECK_THROWS_AS(parse_topology("\tGPU0\tGPU1\nGPU0\t X \tWAT\n"), std::invalid_argument);
 }
 
