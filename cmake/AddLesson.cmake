@@ -121,3 +121,16 @@ function(add_lesson)
     endif()
   endif()
 endfunction()
+
+# course_lesson_needs(NN 04-streams 08-postprocess ...): a lesson that calls other lessons' code
+# libraries adds their folders when the top level did not, so that -DCOURSE_LESSONS=NN alone
+# still builds. Each folder is added once (lessonXX_code is the marker).
+function(course_lesson_needs nn)
+  foreach(dep ${ARGN})
+    string(SUBSTRING "${dep}" 0 2 dep_nn)
+    if(NOT TARGET lesson${dep_nn}_code)
+      message(STATUS "lesson ${nn} needs lesson ${dep_nn}: adding lessons/${dep}")
+      add_subdirectory("${CMAKE_CURRENT_SOURCE_DIR}/../${dep}" "${CMAKE_BINARY_DIR}/lessons/${dep}")
+    endif()
+  endforeach()
+endfunction()
