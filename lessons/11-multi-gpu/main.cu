@@ -196,8 +196,11 @@ void section_events(int n) {
 
 void section_copies(int n, const Options& o, const std::vector<std::vector<Link>>& topo) {
   const std::size_t bytes = static_cast<std::size_t>(o.copy_mib) << 20;
-  std::printf("4. Copies of %d MiB: cudaMemcpyPeerAsync against host-staged (D2H + H2D, pinned)\n",
-              o.copy_mib);
+  std::printf(
+      "4. Copies of %d MiB: cudaMemcpyPeerAsync against host-staged (D2H + H2D, pinned)\n"
+      "   times: host clock, enqueue to copy done (end to end; events of two devices cannot "
+      "be subtracted), medians of %d\n",
+      o.copy_mib, o.reps);
   // The staged copy's two hops run one after the other over GPU 0's PCIe link (and the other
   // GPU's): at best half the link's rate.
   Ceiling staged = link_ceiling(0, 0, {});
@@ -322,8 +325,9 @@ bool section_tensor_parallel(int n, const Options& o, const std::vector<std::vec
 
   std::printf(
       "\n7. NCCL bus bandwidth (nccl-tests: busbw = algbw x 2(n-1)/n all-reduce, "
-      "x (n-1)/n all-gather), %d rank(s)\n",
-      n);
+      "x (n-1)/n all-gather), %d rank(s)\n   times: host clock, enqueue to every rank "
+      "done (end to end, as nccl-tests times; launch latency included), medians of %d\n",
+      n, o.reps);
   const Ceiling link = n >= 2 ? link_ceiling(0, 1, topo) : Ceiling{};
   for (Collective kind : {Collective::all_reduce, Collective::all_gather}) {
     for (std::size_t mib : {8, 256}) {
