@@ -61,6 +61,11 @@ Loaded load() {
   COURSE_LOAD(cuMemFree);
   COURSE_LOAD(cuPointerGetAttribute);
   COURSE_LOAD(cuModuleGetLoadingMode);
+  COURSE_LOAD(cuLibraryLoadData);
+  COURSE_LOAD(cuLibraryUnload);
+  COURSE_LOAD(cuLibraryGetKernel);
+  COURSE_LOAD(cuKernelSetAttribute);
+  COURSE_LOAD(cuLaunchKernel);
 #undef COURSE_LOAD
   return out;
 }

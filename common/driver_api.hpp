@@ -64,6 +64,12 @@ struct DriverApi {
   decltype(&::cuMemFree) cuMemFree;
   decltype(&::cuPointerGetAttribute) cuPointerGetAttribute;
   decltype(&::cuModuleGetLoadingMode) cuModuleGetLoadingMode;
+  // Library management and launches (lesson 12 loads its plan's kernels this way)
+  decltype(&::cuLibraryLoadData) cuLibraryLoadData;
+  decltype(&::cuLibraryUnload) cuLibraryUnload;
+  decltype(&::cuLibraryGetKernel) cuLibraryGetKernel;
+  decltype(&::cuKernelSetAttribute) cuKernelSetAttribute;
+  decltype(&::cuLaunchKernel) cuLaunchKernel;
 };
 
 // Loads libcuda.so.1 once (thread-safe) and returns its entry points. Loading the library does

@@ -1,0 +1,86 @@
+#include "evaluate.hpp"
+
+#include <stdexcept>
+#include <string>
+
+#include "common/cuda_check.hpp"
+#include "common/letterbox.cuh"
+#include "common/memory.hpp"
+
+namespace lesson12 {
+
+std::vector<float> scene_input(std::uint64_t seed, int width, int height,
+                               std::vector<SceneBox>* truth) {
+  std::vector<std::uint8_t> rgb(static_cast<std::size_t>(width) * height * 3);
+  std::vector<SceneBox> boxes = render_scene(seed, width, height, rgb.data());
+  const std::size_t plane = static_cast<std::size_t>(width) * height;
+  std::vector<float> chw(3 * plane);
+  for (std::size_t p = 0; p < plane; ++p) {
+    for (int c = 0; c < 3; ++c) chw[c * plane + p] = rgb[3 * p + c] / 255.0f;
+  }
+  if (truth) *truth = std::move(boxes);
+  return chw;
+}
+
+lesson08::PostprocessConfig eval_config() {
+  lesson08::PostprocessConfig c;
+  c.conf_threshold = 0.001f;
+  c.iou_threshold = 0.7f;
+  c.max_detections = 300;
+  c.max_candidates = 8400;
+  return c;
+}
+
+lesson08::PostprocessConfig deploy_config() {
+  lesson08::PostprocessConfig c;
+  c.conf_threshold = 0.25f;
+  c.iou_threshold = 0.45f;
+  return c;
+}
+
+std::vector<std::vector<lesson08::Detection>> run_detector(
+    const Engine& engine, ExecutionContext& context, std::uint64_t first_seed, int count, int batch,
+    const lesson08::PostprocessConfig& config, cudaStream_t stream,
+    std::vector<std::vector<SceneBox>>* truth) {
+  if (count < 0) throw std::invalid_argument("run_detector: count must be >= 0");
+  const OptimizationProfile p = engine.profile();
+  if (batch < p.min_batch || batch > p.max_batch) {
+    throw std::invalid_argument("run_detector: batch " + std::to_string(batch) +
+                                " outside the profile [" + std::to_string(p.min_batch) + ", " +
+                                std::to_string(p.max_batch) + "]");
+  }
+  const int h = engine.input_h(), w = engine.input_w();
+  const std::size_t in_elems = 3 * static_cast<std::size_t>(h) * w;
+  lesson08::OutputSpec spec;
+  spec.layout = lesson08::Layout::yolov8;
+  spec.num_candidates = engine.num_candidates();
+  spec.num_classes = engine.num_classes();
+  const std::size_t out_elems = spec.elements();
+  course::DeviceBuffer<float> images(in_elems * batch), output(out_elems * batch);
+  lesson08::GpuPostprocessor post(spec, course::make_letterbox(w, h, w, h), config);
+  context.set_tensor_address("images", images.data());
+  context.set_tensor_address("output0", output.data());
+  std::vector<std::vector<lesson08::Detection>> out;
+  if (truth) truth->clear();
+  std::vector<float> host(in_elems * batch);
+  for (int first = 0; first < count; first += batch) {
+    const int n = std::min(batch, count - first);
+    for (int i = 0; i < n; ++i) {
+      std::vector<SceneBox> t;
+      const std::vector<float> x = scene_input(first_seed + first + i, w, h, &t);
+      std::copy(x.begin(), x.end(), host.begin() + i * in_elems);
+      if (truth) truth->push_back(std::move(t));
+    }
+    CUDA_CHECK(cudaMemcpyAsync(images.data(), host.data(), n * in_elems * sizeof(float),
+                               cudaMemcpyHostToDevice, stream));
+    context.set_input_shape(std::max(n, p.min_batch));
+    context.enqueue(stream);
+    for (int i = 0; i < n; ++i) {
+      out.push_back(post.run(output.data() + i * out_elems, out_elems, stream).detections);
+    }
+  }
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+  return out;
+}
+
+}  // namespace lesson12
