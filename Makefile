@@ -65,7 +65,9 @@ lesson-given:
 lesson-selected:
 	@test -n "$(SELECTED)" || { echo "no lesson matches LESSON=$(LESSON) (lessons: $(notdir $(LESSON_DIRS)))"; exit 2; }
 
-run: lesson-selected build
+# With LESSON=NN only that lesson's binary (and what it links) is built, not the whole course.
+run: lesson-selected configure
+	cmake --build $(BUILD) -j $(JOBS) $(if $(LESSON),--target lesson$(LESSON))
 	@tools/run_lessons.sh $(BUILD) $(SELECTED)
 
 test: build

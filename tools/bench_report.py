@@ -54,6 +54,9 @@ LESSONS = {
              "FP16 GEMM 4096^3 (TFLOP/s)"),
             ("sweep_h200.png", r"^sweep/(cublas_fp16|v4_pipeline|v5_wgmma|v6_wgmma_128x256)/", "TFLOP/s", False,
              "v4..v6 and cuBLAS FP16 by size (TFLOP/s)")]),
+    "12": ("12-engine",
+           [("The trained YOLOv8n at 640x640: engine/<engine>/<batch>, GPU time of one inference of the "
+             "batch (latency_us: end to end)", "", "us_per_image,images_per_s,TFLOP/s,latency_us")], []),
 }
 
 

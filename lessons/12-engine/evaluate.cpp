@@ -1,5 +1,7 @@
 #include "evaluate.hpp"
 
+#include <algorithm>
+#include <cmath>
 #include <stdexcept>
 #include <string>
 
@@ -20,6 +22,37 @@ std::vector<float> scene_input(std::uint64_t seed, int width, int height,
   }
   if (truth) *truth = std::move(boxes);
   return chw;
+}
+
+OutputError compare_outputs(const std::vector<float>& got, const std::vector<float>& ref,
+                            int num_classes, int input_h, int input_w, float min_score) {
+  const int n = num_candidates(input_h, input_w);
+  const std::size_t expected = static_cast<std::size_t>(4 + num_classes) * n;
+  if (got.size() != expected || ref.size() != expected) {
+    throw std::invalid_argument("compare_outputs: expected two tensors of " +
+                                std::to_string(expected) + " values, got " +
+                                std::to_string(got.size()) + " and " + std::to_string(ref.size()));
+  }
+  const int p3 = (input_h / 8) * (input_w / 8), p4 = (input_h / 16) * (input_w / 16);
+  OutputError e;
+  for (int i = 0; i < n; ++i) {
+    float best = 0;
+    for (int c = 0; c < num_classes; ++c) {
+      const std::size_t k = static_cast<std::size_t>(4 + c) * n + i;
+      best = std::max(best, ref[k]);
+      e.max_score = std::max(e.max_score, std::fabs(static_cast<double>(got[k]) - ref[k]));
+    }
+    if (best <= min_score) continue;
+    ++e.confident;
+    const double stride = i < p3 ? 8 : i < p3 + p4 ? 16 : 32;
+    for (int r = 0; r < 4; ++r) {
+      const std::size_t k = static_cast<std::size_t>(r) * n + i;
+      const double d = std::fabs(static_cast<double>(got[k]) - ref[k]);
+      e.max_box_px = std::max(e.max_box_px, d);
+      e.max_box_cells = std::max(e.max_box_cells, d / stride);
+    }
+  }
+  return e;
 }
 
 lesson08::PostprocessConfig eval_config() {

@@ -23,6 +23,21 @@ namespace lesson12 {
 std::vector<float> scene_input(std::uint64_t seed, int width, int height,
                                std::vector<SceneBox>* truth = nullptr);
 
+// How far an engine's output [4 + C, N] (one image) is from a reference's, in the terms that
+// matter for boxes: the largest class-score difference over all candidates, and the largest
+// box-coordinate difference over the candidates the reference scores above `min_score` (a
+// background candidate's box is never used), in pixels and in grid cells of the candidate's level
+// (strides 8, 16, 32 for an input_h x input_w image). Throws std::invalid_argument if the sizes
+// differ from (4 + num_classes) x num_candidates(input_h, input_w).
+struct OutputError {
+  double max_score = 0;      // |score - reference|
+  double max_box_px = 0;     // |cx, cy, w or h - reference|, pixels
+  double max_box_cells = 0;  // the same over the level's stride
+  int confident = 0;         // candidates compared for their boxes
+};
+OutputError compare_outputs(const std::vector<float>& got, const std::vector<float>& ref,
+                            int num_classes, int input_h, int input_w, float min_score = 0.1f);
+
 lesson08::PostprocessConfig eval_config();
 lesson08::PostprocessConfig deploy_config();
 
