@@ -172,38 +172,53 @@ std::vector<std::uint8_t> build_plan(const NetworkDefinition& net, const Builder
       course::DeviceBuffer<float> b_dev = course::to_device(po.bias);
       const ConvArgs a = conv_args(op, g, b, OpWeights{w_dev.data(), b_dev.data()});
       const bool first = op.input.buffer == View::kNetworkInput;
-      // cuDNN cannot read the float NCHW input and write FP16 NHWC in one call: the first layer
-      // always has the course's first-layer kernels (TensorRT too keeps a layer on another
-      // tactic source when the requested one has nothing for it).
-      const bool course_here = use_course || first;
-      for (int k = 0; k < kernel_count; ++k) {
-        const ConvKernelInfo& info = table[k];
-        if (info.dtype != dt) continue;
-        TacticTiming t;
-        t.tactic = info.tactic;
-        if (!course_here) {
-          continue;
-        } else if (!conv_kernel_runs_on(info, prop.major * 10 + prop.minor) ||
-                   !conv_kernel_supports(info, a, first)) {
-          continue;  // not a candidate for this shape (the table lists only candidates)
-        } else {
-          LaunchOp lo;
-          lo.kind = OpKind::conv;
-          lo.kernel = &info;
-          lo.conv = a;
-          lo.tactic.symbol = info.symbol;
-          t.us = time_us(stream.get(), config.timing_iterations,
-                         [&] { launch(lib, lo, stream.get(), nullptr, 0); });
-          t.ran = true;
+      // cuDNN is offered dense NHWC tensors only. A view inside a concatenation's buffer (a
+      // pixel stride wider than its channels) is legal for its descriptors, but on the H200
+      // cuDNN 9 offered no algorithm for some such layers and failed others at run time with
+      // CUDNN_STATUS_BAD_PARAM, so it is not a candidate there. Nor for the first layer: it
+      // cannot read the float NCHW input and write FP16 NHWC in one call. Where cuDNN is no
+      // candidate, the course's kernels are (TensorRT too keeps a layer on another tactic
+      // source when the requested one has nothing for it).
+      const bool dense = a.x_stride == a.in_c && a.y_stride == a.out_c &&
+                         (a.res == nullptr || a.res_stride == a.out_c);
+      const bool cudnn_here = use_cudnn && !first && dense;
+      const bool course_here = use_course || !cudnn_here;
+      auto time_course_kernels = [&] {
+        for (int k = 0; k < kernel_count; ++k) {
+          const ConvKernelInfo& info = table[k];
+          if (info.dtype != dt) continue;
+          TacticTiming t;
+          t.tactic = info.tactic;
+          if (!conv_kernel_runs_on(info, prop.major * 10 + prop.minor) ||
+              !conv_kernel_supports(info, a, first)) {
+            continue;  // not a candidate for this shape (the table lists only candidates)
+          } else {
+            LaunchOp lo;
+            lo.kind = OpKind::conv;
+            lo.kernel = &info;
+            lo.conv = a;
+            lo.tactic.symbol = info.symbol;
+            t.us = time_us(stream.get(), config.timing_iterations,
+                           [&] { launch(lib, lo, stream.get(), nullptr, 0); });
+            t.ran = true;
+          }
+          PlanTactic pt;
+          pt.kind = PlanTactic::Kind::kernel;
+          pt.symbol = info.symbol;
+          pt.label = info.tactic;
+          d.candidates.push_back(t);
+          tactics.push_back(pt);
         }
-        PlanTactic pt;
-        pt.kind = PlanTactic::Kind::kernel;
-        pt.symbol = info.symbol;
-        pt.label = info.tactic;
+      };
+      if (course_here) time_course_kernels();
+      if (use_cudnn && !cudnn_here) {
+        TacticTiming t;
+        t.tactic = "cudnn";
+        t.why_not = first ? "not for the NCHW float input" : "needs dense NHWC, not a slice";
         d.candidates.push_back(t);
-        tactics.push_back(pt);
+        tactics.push_back(PlanTactic{PlanTactic::Kind::cudnn, "", -1, "cudnn"});
       }
-      if (use_cudnn && !first) {
+      if (cudnn_here) {
         try {
           auto conv = std::make_shared<CudnnConv>(a, dt);
           for (int algo : conv->algorithms()) {
@@ -245,6 +260,10 @@ std::vector<std::uint8_t> build_plan(const NetworkDefinition& net, const Builder
           tactics.push_back(PlanTactic{PlanTactic::Kind::cudnn, "", -1, "cudnn"});
         }
       }
+      // cuDNN alone was asked for and none of its algorithms ran: the course's kernels.
+      bool any_ran = false;
+      for (const TacticTiming& t : d.candidates) any_ran |= t.ran;
+      if (!any_ran && !course_here) time_course_kernels();
     } else {
       // One kernel for these layers; still timed, so the table accounts for the whole network.
       LaunchOp lo;
@@ -288,12 +307,17 @@ std::vector<std::uint8_t> build_plan(const NetworkDefinition& net, const Builder
     po.tactic = tactics[static_cast<std::size_t>(d.chosen)];
     rep.sum_of_chosen_us += d.candidates[static_cast<std::size_t>(d.chosen)].us;
     if (po.tactic.kind == PlanTactic::Kind::cudnn) {
-      // The context's workspace must hold the chosen algorithm at the largest batch.
-      Bindings bmax = b;
-      bmax.batch = p.max_batch;
-      CudnnConv at_max(conv_args(op, g, bmax, OpWeights{}), dt);
-      plan.workspace_bytes =
-          std::max(plan.workspace_bytes, at_max.workspace_bytes(po.tactic.cudnn_algo));
+      // The context's workspace must hold the chosen algorithm at every batch of the profile:
+      // cuDNN's need is not monotonic in the batch (at batch 32 an algorithm may need less than
+      // at batch 1), and a context runs any batch in [min, max]. Too little workspace is
+      // CUDNN_STATUS_BAD_PARAM at enqueue.
+      for (int batch = p.min_batch; batch <= p.max_batch; ++batch) {
+        Bindings bb = b;
+        bb.batch = batch;
+        CudnnConv at(conv_args(op, g, bb, OpWeights{}), dt);
+        plan.workspace_bytes =
+            std::max(plan.workspace_bytes, at.workspace_bytes(po.tactic.cudnn_algo));
+      }
     }
     rep.weight_bytes += po.weight.size() + po.bias.size() * sizeof(float);
     plan.ops.push_back(std::move(po));

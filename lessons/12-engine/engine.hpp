@@ -48,9 +48,10 @@ struct BuilderConfig {
   OptimizationProfile profile;
   unsigned tactic_sources = kAllTactics;
   int timing_iterations = 10;  // launches per timing (median of 3 such windows)
-  // Only tactics whose name starts with this (e.g. "mma 64x64", "simt", "cudnn"), where one
-  // applies; the others are neither timed nor chosen. For tests that run every kernel through
-  // the whole network. Empty: all.
+  // Choose only among tactics whose name starts with this (e.g. "mma 64x64", "simt", "cudnn")
+  // in the layers where one of them ran; every candidate is still timed, and a layer with no
+  // such tactic keeps its fastest. For tests that run each kernel family through the whole
+  // network (they check the plan holds the family). Empty: all.
   std::string only_tactic;
   // Give every activation buffer its own memory (no reuse), so that every layer's output can be
   // read after an enqueue: what marking every tensor as an output does to a TensorRT engine

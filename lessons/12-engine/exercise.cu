@@ -1,8 +1,9 @@
 // Lesson 12 exercises. Replace each TODO with your code, then run
 //   make check LESSON=12
 // until every test passes. The contract of each function is in exercises.hpp; README.md has
-// hints (folded). The builder, the planner, the CPU convolution and the plugin call these
-// functions, so `make run LESSON=12` uses your code once you build with it.
+// hints (folded). `make check` builds the lesson's code with these functions instead of the
+// solutions, so its engine tests run your BatchNorm folding and your memory planner; the lesson
+// binary (make run) always uses the solutions. CUDA_CHECK is in common/cuda_check.hpp.
 #include <cuda_fp16.h>
 
 #include <stdexcept>

@@ -175,7 +175,12 @@ std::vector<int> CudnnConv::algorithms() const {
                                                      CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &n, perf));
   std::vector<int> algos;
   for (int i = 0; i < n; ++i) {
-    if (perf[i].status == CUDNN_STATUS_SUCCESS) algos.push_back(static_cast<int>(perf[i].algo));
+    // An algorithm is listed once per math type it supports; the descriptor fixes the math type.
+    const int algo = static_cast<int>(perf[i].algo);
+    if (perf[i].status == CUDNN_STATUS_SUCCESS &&
+        std::find(algos.begin(), algos.end(), algo) == algos.end()) {
+      algos.push_back(algo);
+    }
   }
   return algos;
 }

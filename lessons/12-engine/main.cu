@@ -309,12 +309,15 @@ int run(const Options& o) {
   };
   row("FP16, stream (opt 1)", *e1, 1, false);
   const Speed g1 = row("FP16, CUDA graph (opt 1)", *e1, 1, true);
-  if (cudnn1) row("FP16 cuDNN convolutions, graph (opt 1)", *cudnn1, 1, true);
+  if (cudnn1) row("FP16 cuDNN where offered, graph (opt 1)", *cudnn1, 1, true);
   row("FP16, stream (opt 32)", *e16, o.max_batch, false);
   const Speed g32 = row("FP16, CUDA graph (opt 32)", *e16, o.max_batch, true);
-  if (cudnn32) row("FP16 cuDNN convolutions, graph (opt 32)", *cudnn32, o.max_batch, true);
+  if (cudnn32) row("FP16 cuDNN where offered, graph (opt 32)", *cudnn32, o.max_batch, true);
   row("FP32, CUDA graph (opt 1)", *e32, 1, true);
-  std::printf("\n");
+  std::printf("   clocks after the timing: %s\n", course::describe(course::read_gpu_clocks(0)).c_str());
+  std::printf("   (\"cuDNN where offered\": every convolution on cuDNN + the epilogue kernel where its "
+              "tensors are dense; the first layer and the layers reading or writing a "
+              "concatenation's slice stay on the course's kernels)\n\n");
 
   // ------------------------------------------------------------------ 8. lesson 09 serves it
   std::printf(

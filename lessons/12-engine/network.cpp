@@ -178,8 +178,16 @@ WeightsFile parse_weights(const std::vector<std::uint8_t>& bytes, const std::str
     const std::size_t offset = entries[t].second.second;
     WeightTensor tensor;
     tensor.shape = shapes[t];
+    // The element count, checked against the data block as it grows: a crafted shape must not
+    // wrap the product around to a small number.
     std::size_t count = 1;
-    for (int d : tensor.shape) count *= static_cast<std::size_t>(d);
+    for (int d : tensor.shape) {
+      if (d < 0 || (d > 0 && count > static_cast<std::size_t>(data_bytes) / static_cast<std::size_t>(d))) {
+        bad_file(name, "tensor " + tname + " has a shape larger than the data block of " +
+                           std::to_string(data_bytes) + " bytes");
+      }
+      count *= static_cast<std::size_t>(d);
+    }
     const std::size_t size = count * (f16 ? 2 : 4);
     if (offset > static_cast<std::size_t>(data_bytes) ||
         size > static_cast<std::size_t>(data_bytes) - offset) {

@@ -1,6 +1,7 @@
 // The runtime: Engine (deserialised plan, shared) and ExecutionContext (per thread or stream).
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <sstream>
 #include <stdexcept>
 
@@ -211,6 +212,7 @@ void prepare(ExecutionContext::Impl& c) {
   const EngineGraph& g = e.plan.graph;
   Bindings b{c.arena.data(), c.images, c.output, c.batch, e.plan.precision};
   c.ops.clear();
+  std::size_t workspace_needed = 0;
   for (std::size_t i = 0; i < e.plan.ops.size(); ++i) {
     const PlanOp& po = e.plan.ops[i];
     LaunchOp lo;
@@ -223,6 +225,11 @@ void prepare(ExecutionContext::Impl& c) {
         if (po.tactic.kind == PlanTactic::Kind::cudnn) {
           lo.cudnn = std::make_shared<CudnnConv>(lo.conv, e.plan.precision);
           c.uses_cudnn = true;
+          // The plan sized the workspace for every batch of the profile; should cuDNN ask for
+          // more at this batch (another cuDNN version than the builder's), grow it here, before
+          // any launch or capture, rather than fail with CUDNN_STATUS_BAD_PARAM at enqueue.
+          workspace_needed =
+              std::max(workspace_needed, lo.cudnn->workspace_bytes(po.tactic.cudnn_algo));
         } else {
           lo.kernel = &conv_kernel_by_symbol(po.tactic.symbol);
         }
@@ -237,6 +244,9 @@ void prepare(ExecutionContext::Impl& c) {
         break;
     }
     c.ops.push_back(std::move(lo));
+  }
+  if (workspace_needed > c.workspace.bytes()) {
+    c.workspace = course::DeviceBuffer<std::uint8_t>(workspace_needed);
   }
   c.prepared = true;
   c.graph_valid = false;
@@ -254,8 +264,15 @@ void ExecutionContext::enqueue(cudaStream_t stream) {
     if (status == cudaStreamCaptureStatusNone) cudnn_prepare_thread();
   }
   KernelLibrary& lib = *c.engine->impl().lib;
-  for (const LaunchOp& op : c.ops) {
-    launch(lib, op, stream, c.workspace.data(), c.workspace.bytes());
+  const Plan& plan = c.engine->impl().plan;
+  for (std::size_t i = 0; i < c.ops.size(); ++i) {
+    try {
+      launch(lib, c.ops[i], stream, c.workspace.data(), c.workspace.bytes());
+    } catch (const std::exception& e) {
+      // Say which layer and tactic, as TensorRT's error log does.
+      throw std::runtime_error("enqueue: layer " + plan.ops[i].op.name + " (tactic " +
+                               plan.ops[i].tactic.label + "): " + e.what());
+    }
   }
 }
 

@@ -30,6 +30,14 @@ void fold_batch_norm(std::vector<float>& weight, std::vector<float>& bias,
         std::to_string(out) + ", weight " + std::to_string(weight.size()) + ", bias " +
         std::to_string(bias.size()));
   }
+  for (std::size_t k = 0; k < out; ++k) {
+    const double v = static_cast<double>(var[k]) + eps;
+    if (!(v > 0) || !std::isfinite(v)) {
+      throw std::invalid_argument("fold_batch_norm: channel " + std::to_string(k) +
+                                  " has var + eps = " + std::to_string(v) +
+                                  ", expected a positive finite number");
+    }
+  }
   const std::size_t row = weight.size() / out;
   for (std::size_t k = 0; k < out; ++k) {
     const double a = static_cast<double>(gamma[k]) / std::sqrt(static_cast<double>(var[k]) + eps);

@@ -344,7 +344,15 @@ TEST_CASE(
   cfg.timing_iterations = 1;
   cfg.only_tactic = family;
   cfg.keep_all_buffers = true;  // no memory reuse: every layer's output is still there to check
-  const std::shared_ptr<Engine> engine = Engine::deserialize(build_plan(net, cfg));
+  const std::vector<std::uint8_t> bytes = build_plan(net, cfg);
+  // The family must really be in the plan (a renamed kernel would otherwise test the default).
+  int in_family = 0;
+  for (const PlanOp& op : parse_plan(bytes).ops) {
+    in_family += op.tactic.label.compare(0, family.size(), family) == 0;
+  }
+  INFO(in_family << " layers run a '" << family << "' tactic");
+  CHECK(in_family >= (family.empty() ? 69 : 1));
+  const std::shared_ptr<Engine> engine = Engine::deserialize(bytes);
   auto ctx = engine->create_execution_context();
   const std::vector<float> out = run(*engine, *ctx, images, batch);
   // Every buffer of the engine against the reference's: relative L2 error, per image. The FP16
