@@ -500,7 +500,8 @@ TEST_CASE("one engine, one context per thread: the same answers", "[gpu][engine]
   CHECK(outs[0] == outs[1]);
 }
 
-TEST_CASE("bad use of an engine: a clear exception, nothing launched", "[gpu][engine]") {
+TEST_CASE("bad use of an engine: a clear exception, nothing launched",
+          "[gpu][engine][provokes-error]") {
   const NetworkDefinition net = yolov8n(trained_weights(), 64, 64);
   BuilderConfig cfg;
   cfg.profile = {2, 2, 4};
