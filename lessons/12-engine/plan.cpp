@@ -343,7 +343,87 @@ Plan parse_plan(const std::vector<std::uint8_t>& bytes) {
   }
   p.code_targets = r.str("the code's targets");
   p.code = r.bytes("the kernels' code");
+  validate_plan(plan);
   return plan;
+}
+
+void validate_plan(const Plan& p) {
+  // A checksum catches accidents, not a plan written by hand; these are the facts the kernels'
+  // addresses rest on, so that no enqueue of a parsed plan reads or writes outside its memory.
+  auto fail = [](const std::string& what) { throw PlanError("inconsistent plan: " + what); };
+  const OptimizationProfile& pr = p.profile;
+  if (!(1 <= pr.min_batch && pr.min_batch <= pr.opt_batch && pr.opt_batch <= pr.max_batch &&
+        pr.max_batch <= 256)) {
+    fail("profile min " + std::to_string(pr.min_batch) + ", opt " + std::to_string(pr.opt_batch) +
+         ", max " + std::to_string(pr.max_batch) + " (expected 1 <= min <= opt <= max <= 256)");
+  }
+  const EngineGraph& g = p.graph;
+  const std::size_t es = element_size(p.precision);
+  for (const BufferDesc& d : g.buffers) {
+    const std::size_t bytes = d.elements_per_image() * pr.max_batch * es;
+    if (d.offset > g.arena_bytes || bytes > g.arena_bytes - d.offset) {
+      fail("buffer " + d.name + " (" + std::to_string(bytes) + " bytes at offset " +
+           std::to_string(d.offset) + ") does not fit the " + std::to_string(g.arena_bytes) +
+           "-byte arena");
+    }
+  }
+  if (g.num_candidates != num_candidates(g.input_h, g.input_w)) {
+    fail(std::to_string(g.num_candidates) + " candidates for a " + std::to_string(g.input_h) + "x" +
+         std::to_string(g.input_w) + " input (expected " +
+         std::to_string(num_candidates(g.input_h, g.input_w)) + ")");
+  }
+  auto check_view = [&](const View& v, const std::string& op, const char* which) {
+    if (v.buffer == View::kNetworkInput) {
+      if (v.channel_offset != 0 || v.h != g.input_h || v.w != g.input_w || v.channels > 3) {
+        fail(op + ": its " + which + " is not the network input's shape");
+      }
+      return;
+    }
+    const BufferDesc& d = g.buffers[static_cast<std::size_t>(v.buffer)];
+    if (v.channel_offset + v.channels > d.channels || v.h != d.h || v.w != d.w) {
+      fail(op + ": its " + which + " (channels " + std::to_string(v.channel_offset) + ".." +
+           std::to_string(v.channel_offset + v.channels) + ", " + std::to_string(v.h) + "x" +
+           std::to_string(v.w) + ") lies outside buffer " + d.name + " (" +
+           std::to_string(d.channels) + " channels, " + std::to_string(d.h) + "x" +
+           std::to_string(d.w) + ")");
+    }
+  };
+  for (const PlanOp& po : p.ops) {
+    const FusedOp& op = po.op;
+    switch (op.kind) {
+      case OpKind::conv:
+        check_view(op.input, op.name, "input");
+        check_view(op.output, op.name, "output");
+        if (op.has_residual) check_view(op.residual, op.name, "residual");
+        if (op.input.channels != op.in_channels || op.output.channels != op.out_channels ||
+            op.kernel < 1 || op.stride < 1 || op.pad < 0 ||
+            (op.has_residual && op.residual.channels != op.out_channels)) {
+          fail(op.name + ": its shape disagrees with its views");
+        }
+        break;
+      case OpKind::max_pool:
+      case OpKind::upsample:
+      case OpKind::copy:
+        check_view(op.input, op.name, "input");
+        check_view(op.output, op.name, "output");
+        if (op.input.channels != op.output.channels) fail(op.name + ": channels in != out");
+        break;
+      case OpKind::detect:
+        if (op.box.size() != 3 || op.reg_max < 1 || op.reg_max > 32 ||
+            op.num_classes != g.num_classes) {
+          fail(op.name + ": expected 3 levels, reg_max in [1, 32] and " +
+               std::to_string(g.num_classes) + " classes");
+        }
+        for (std::size_t i = 0; i < op.box.size(); ++i) {
+          check_view(op.box[i], op.name, "box logits");
+          check_view(op.cls[i], op.name, "class logits");
+          if (op.box[i].channels != 4 * op.reg_max || op.cls[i].channels != op.num_classes) {
+            fail(op.name + ": a level's logits have the wrong channel count");
+          }
+        }
+        break;
+    }
+  }
 }
 
 void check_plan_device(const Plan& plan, int device) {

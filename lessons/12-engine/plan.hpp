@@ -68,6 +68,12 @@ std::vector<std::uint8_t> serialize_plan(const Plan& plan);
 // Throws PlanError: "not a plan" (magic), another format or course version, "truncated plan"
 // (naming what was being read, at which offset, of how many bytes), "corrupted plan" (checksum).
 Plan parse_plan(const std::vector<std::uint8_t>& bytes);
+// The consistency a parsed plan must have before any kernel runs on it (parse_plan calls it):
+// the profile is ordered, every buffer fits the arena at the largest batch, every view lies
+// inside its buffer and agrees with its op's shape, the detect op's levels and classes are
+// coherent. Throws PlanError("inconsistent plan: ...") naming the op or buffer.
+void validate_plan(const Plan& plan);
+
 // Throws PlanError naming both GPUs unless `device` has the plan's compute capability.
 void check_plan_device(const Plan& plan, int device);
 

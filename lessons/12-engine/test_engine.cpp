@@ -160,8 +160,8 @@ TEST_CASE("convert_weights rounds to FP16 to nearest even", "[plan]") {
 }
 
 namespace {
-Plan small_plan() {
-  const NetworkDefinition net = yolov8n(trained_weights(), 64, 96);
+Plan small_plan(int h = 64, int w = 96) {
+  const NetworkDefinition net = yolov8n(trained_weights(), h, w);
   Plan p;
   p.gpu_name = "Test GPU";
   p.cc_major = 9;
@@ -213,6 +213,8 @@ TEST_CASE("a plan survives serialize -> parse, field by field", "[plan]") {
   }
   CHECK(q.code == p.code);
   CHECK(serialize_plan(q) == bytes);
+  // The network's full size passes the consistency checks too.
+  CHECK_NOTHROW(parse_plan(serialize_plan(small_plan(kInputSize, kInputSize))));
 }
 
 TEST_CASE("a damaged plan is refused with a message naming what was expected", "[plan]") {
@@ -249,6 +251,18 @@ TEST_CASE("a damaged plan is refused with a message naming what was expected", "
     Plan p = small_plan();
     p.format = kPlanFormat + 1;
     CHECK_THROWS_WITH(parse_plan(serialize_plan(p)), Contains("rebuild"));
+  }
+  SECTION("consistent checksum, inconsistent contents (a plan written by hand)") {
+    Plan p = small_plan();
+    p.graph.buffers[3].offset = p.graph.arena_bytes;  // past the arena
+    CHECK_THROWS_WITH(parse_plan(serialize_plan(p)), Contains("does not fit"));
+    p = small_plan();
+    p.ops[5].op.output.channel_offset += 1000;  // outside its buffer
+    p.graph.ops[5].output.channel_offset += 1000;
+    CHECK_THROWS_WITH(parse_plan(serialize_plan(p)), Contains("lies outside buffer"));
+    p = small_plan();
+    p.profile = {4, 2, 8};
+    CHECK_THROWS_WITH(parse_plan(serialize_plan(p)), Contains("1 <= min <= opt <= max"));
   }
   SECTION("trailing bytes") {
     std::vector<std::uint8_t> b = bytes;
