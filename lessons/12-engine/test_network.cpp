@@ -1,6 +1,6 @@
 // Lesson 12 tests: the weights file, the YOLOv8n definition and the CPU reference (CPU only).
 // Oracles: IEEE binary16 bit patterns and a formula for every one of the 65536; hand-computed
-// layers on tiny tensors; the layer table of the README (test_weights.hpp); and the golden
+// layers on tiny tensors; YOLOv8n's tensor table (test_weights.hpp); and the golden
 // outputs train/train_detector.py computed with PyTorch from the committed weights.
 #include <cmath>
 #include <cstdint>

@@ -1,5 +1,6 @@
-// Test support for lesson 12: YOLOv8n's tensor names and shapes written out from the layer table
-// in the README (an oracle independent of network.cpp's builder), and random weights with those
+// Test support for lesson 12: YOLOv8n's tensor names and shapes written out by hand from
+// Ultralytics' layout (model.0 .. model.22, as train/model.py names them; an oracle independent
+// of network.cpp's builder), and random weights with those
 // shapes for tests that need a whole network before (or without) the trained file.
 #pragma once
 
