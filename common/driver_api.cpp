@@ -66,6 +66,7 @@ Loaded load() {
   COURSE_LOAD(cuLibraryGetKernel);
   COURSE_LOAD(cuKernelSetAttribute);
   COURSE_LOAD(cuLaunchKernel);
+  COURSE_LOAD(cuLaunchKernelEx);
 #undef COURSE_LOAD
   return out;
 }

@@ -70,6 +70,7 @@ struct DriverApi {
   decltype(&::cuLibraryGetKernel) cuLibraryGetKernel;
   decltype(&::cuKernelSetAttribute) cuKernelSetAttribute;
   decltype(&::cuLaunchKernel) cuLaunchKernel;
+  decltype(&::cuLaunchKernelEx) cuLaunchKernelEx;  // launch attributes (lesson 12: PDL)
 };
 
 // Loads libcuda.so.1 once (thread-safe) and returns its entry points. Loading the library does

@@ -141,6 +141,14 @@ class ExecutionContext {
   // The same launches captured once into a CUDA graph and replayed (re-captured when the batch
   // or an address changes): one launch instead of one per layer.
   void enqueue_graph(cudaStream_t stream);
+  // Programmatic dependent launch (PDL) between consecutive layers, compute capability 9.0+:
+  // each course kernel is launched so that it may start while the previous one drains, and waits
+  // for it on the GPU (griddepcontrol.wait) before touching memory; in a graph the edges become
+  // programmatic ones. Off by default: on this network it did not pay (H200, CUDA 13.0: the
+  // graph at batch 1 took 538 us with it, 509 without; see the lesson's RESULTS.md), so it is an
+  // option to measure, as TensorRT exposes its own. Ignored (stays off) on older GPUs.
+  void set_programmatic_launch(bool on);
+  bool programmatic_launch() const;
   // Device address of engine-graph buffer `index` (NHWC, the engine's dtype): for per-layer
   // checks, as TensorRT's debug tensors / marking every layer as an output.
   const void* buffer_address(int index) const;

@@ -112,8 +112,13 @@ struct ConvKernelInfo {
 // kMmaRowHalves, so the eight 16-byte rows an ldmatrix phase reads sit 80 bytes apart: eight
 // different bank groups (5 row mod 8 is a permutation).
 constexpr int kMmaBK = 32, kMmaRowHalves = 40, kMmaStages = 3;
-constexpr int mma_smem_bytes(int tile_m, int tile_n) {
-  return kMmaStages * (tile_m + tile_n) * kMmaRowHalves * 2;
+constexpr int mma_smem_bytes(int tile_m, int tile_n, int stages = kMmaStages) {
+  return stages * (tile_m + tile_n) * kMmaRowHalves * 2;
+}
+// The stages a tensor-core kernel's ring uses for a reduction of K: min(kMmaStages, K slices).
+__host__ __device__ inline int mma_stages_used(int K) {
+  const int slices = (K + kMmaBK - 1) / kMmaBK;
+  return slices < kMmaStages ? slices : kMmaStages;
 }
 
 // Index maps of the implicit GEMM, shared by the kernels and the CPU tests.
@@ -169,6 +174,11 @@ bool conv_kernel_supports(const ConvKernelInfo& k, const ConvArgs& a, bool first
 // k.threads, M = batch * out_h * out_w output pixels (every family). Throws
 // std::invalid_argument if M or out_c is not positive or the grid exceeds CUDA's limits.
 dim3 conv_grid(const ConvKernelInfo& k, const ConvArgs& a);
+// Dynamic shared memory to launch kernel `k` with for `a`: k.smem_bytes, except for the
+// tensor-core kernels when K = kernel^2 in_c has fewer than kMmaStages slices of kMmaBK: the ring
+// then only ever uses that many stages (a 1x1 convolution of 32 channels uses one), and the
+// smaller allocation lets more blocks share an SM.
+std::size_t conv_smem_bytes(const ConvKernelInfo& k, const ConvArgs& a);
 
 // The other kernels, one per dtype: symbol names.
 const char* max_pool_symbol(DType t);  // "max_pool_nhwc_f16", ...

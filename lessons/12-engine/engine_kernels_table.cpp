@@ -92,6 +92,12 @@ dim3 conv_grid(const ConvKernelInfo& k, const ConvArgs& a) {
   return dim3(static_cast<unsigned>(gx), static_cast<unsigned>(gy));
 }
 
+std::size_t conv_smem_bytes(const ConvKernelInfo& k, const ConvArgs& a) {
+  if (k.family != ConvFamily::igemm_mma) return static_cast<std::size_t>(k.smem_bytes);
+  const int stages = mma_stages_used(a.kernel * a.kernel * a.in_c);
+  return static_cast<std::size_t>(mma_smem_bytes(k.tile_m, k.tile_n, stages < 1 ? 1 : stages));
+}
+
 const char* max_pool_symbol(DType t) {
   return t == DType::f16 ? "max_pool_nhwc_f16" : "max_pool_nhwc_f32";
 }

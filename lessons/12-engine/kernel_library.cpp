@@ -50,7 +50,8 @@ CUkernel KernelLibrary::kernel(const std::string& symbol) {
 }
 
 void KernelLibrary::launch_raw(const std::string& symbol, dim3 grid, dim3 block,
-                               std::size_t dynamic_smem, cudaStream_t stream, void** params) {
+                               std::size_t dynamic_smem, cudaStream_t stream, void** params,
+                               bool programmatic) {
   CUkernel k = kernel(symbol);
   const course::DriverApi& cu = course::driver();
   if (dynamic_smem > 48 * 1024) {
@@ -67,6 +68,20 @@ void KernelLibrary::launch_raw(const std::string& symbol, dim3 grid, dim3 block,
     }
   }
   // A CUkernel stands for a CUfunction in the current context (the runtime's primary context).
+  if (programmatic) {
+    CUlaunchAttribute attr{};
+    attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    attr.value.programmaticStreamSerializationAllowed = 1;
+    CUlaunchConfig config{};
+    config.gridDimX = grid.x, config.gridDimY = grid.y, config.gridDimZ = grid.z;
+    config.blockDimX = block.x, config.blockDimY = block.y, config.blockDimZ = block.z;
+    config.sharedMemBytes = static_cast<unsigned>(dynamic_smem);
+    config.hStream = reinterpret_cast<CUstream>(stream);
+    config.attrs = &attr;
+    config.numAttrs = 1;
+    CU_CHECK(cu.cuLaunchKernelEx(&config, reinterpret_cast<CUfunction>(k), params, nullptr));
+    return;
+  }
   CU_CHECK(cu.cuLaunchKernel(reinterpret_cast<CUfunction>(k), grid.x, grid.y, grid.z, block.x,
                              block.y, block.z, static_cast<unsigned>(dynamic_smem),
                              reinterpret_cast<CUstream>(stream), params, nullptr));

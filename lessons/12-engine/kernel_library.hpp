@@ -47,14 +47,19 @@ class KernelLibrary {
 
   // Launches `symbol` with one argument, `args` (a struct passed by value), on `stream`.
   // dynamic_smem above 48 KiB raises the kernel's limit first (once per kernel and device).
+  // programmatic: launch with CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION through
+  // cuLaunchKernelEx (programmatic dependent launch: the kernel may start before the previous
+  // kernel in the stream has finished, and must wait for it itself; engine_kernels.cu's
+  // pdl_prologue does). Only for kernels written for it; a stream capture records it as a
+  // programmatic edge of the graph.
   template <class Args>
   void launch(const std::string& symbol, dim3 grid, dim3 block, std::size_t dynamic_smem,
-              cudaStream_t stream, const Args& args) {
+              cudaStream_t stream, const Args& args, bool programmatic = false) {
     void* params[] = {const_cast<Args*>(&args)};
-    launch_raw(symbol, grid, block, dynamic_smem, stream, params);
+    launch_raw(symbol, grid, block, dynamic_smem, stream, params, programmatic);
   }
   void launch_raw(const std::string& symbol, dim3 grid, dim3 block, std::size_t dynamic_smem,
-                  cudaStream_t stream, void** params);
+                  cudaStream_t stream, void** params, bool programmatic = false);
 
  private:
   CUlibrary library_ = nullptr;

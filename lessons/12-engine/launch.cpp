@@ -275,23 +275,24 @@ const ConvKernelInfo& conv_kernel_by_symbol(const std::string& symbol) {
 }
 
 void launch(KernelLibrary& lib, const LaunchOp& op, cudaStream_t stream, void* workspace,
-            std::size_t workspace_bytes) {
+            std::size_t workspace_bytes, bool programmatic) {
   switch (op.kind) {
     case OpKind::conv:
       if (op.tactic.kind == PlanTactic::Kind::cudnn) {
         op.cudnn->run(lib, op.tactic.cudnn_algo, op.conv, workspace, workspace_bytes, stream);
       } else {
         lib.launch(op.kernel->symbol, conv_grid(*op.kernel, op.conv), dim3(op.kernel->threads),
-                   static_cast<std::size_t>(op.kernel->smem_bytes), stream, op.conv);
+                   conv_smem_bytes(*op.kernel, op.conv), stream, op.conv, programmatic);
       }
       break;
     case OpKind::max_pool:
     case OpKind::upsample:
-      lib.launch(op.tactic.symbol, pool_grid(op.pool), dim3(kPoolThreads), 0, stream, op.pool);
+      lib.launch(op.tactic.symbol, pool_grid(op.pool), dim3(kPoolThreads), 0, stream, op.pool,
+                 programmatic);
       break;
     case OpKind::detect:
       lib.launch(op.tactic.symbol, detect_grid(op.detect), dim3(kDetectThreads), 0, stream,
-                 op.detect);
+                 op.detect, programmatic);
       break;
     case OpKind::copy: {
       // A concatenation input that could not be written in place: a strided 2-D copy, one row

@@ -80,7 +80,9 @@ struct LaunchOp {
 // The table entry for `symbol`; throws PlanError if this build has no such kernel.
 const ConvKernelInfo& conv_kernel_by_symbol(const std::string& symbol);
 
+// Launches one op on `stream`. programmatic: launch a course kernel with programmatic dependent
+// launch (KernelLibrary::launch; cuDNN's convolutions and copies are launched as usual).
 void launch(KernelLibrary& lib, const LaunchOp& op, cudaStream_t stream, void* workspace,
-            std::size_t workspace_bytes);
+            std::size_t workspace_bytes, bool programmatic = false);
 
 }  // namespace lesson12

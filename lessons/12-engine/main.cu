@@ -46,6 +46,7 @@ struct Options {
   int frames = 200;
   int reps = 7;
   std::int64_t serve_frames = 400;
+  bool verbose = false;
 };
 
 void write_file(const std::string& path, const std::vector<std::uint8_t>& bytes) {
@@ -85,8 +86,10 @@ struct Speed {
   double gpu_us = 0, e2e_us = 0, b2b_us = 0;
 };
 
-Speed time_engine(const Engine& e, int batch, bool graph, int reps, cudaStream_t s) {
+Speed time_engine(const Engine& e, int batch, bool graph, int reps, cudaStream_t s,
+                  bool programmatic = false) {
   auto ctx = e.create_execution_context();
+  ctx->set_programmatic_launch(programmatic);
   const std::size_t in = 3ull * e.input_h() * e.input_w() * batch;
   const std::size_t out =
       static_cast<std::size_t>(4 + e.num_classes()) * e.num_candidates() * batch;
@@ -193,6 +196,10 @@ int run(const Options& o) {
       "   the same network timed at opt batch 1: %d of %zu layers choose another tactic; "
       "sum of the chosen %.1f us\n\n",
       differ, rep1.layers.size(), rep1.sum_of_chosen_us);
+  if (o.verbose) {
+    std::printf("   the tactic table at opt batch 1 (--verbose):\n%s\n",
+                format_tactic_table(rep1).c_str());
+  }
 
   // ------------------------------------------------------------------ 4. the plan
   const std::string plan_path = o.plan.empty() ? "yolov8n_fp16.plan" : o.plan;
@@ -300,8 +307,8 @@ int run(const Options& o) {
   }
   std::printf("   %-40s %6s %10s %10s %12s %10s\n", "engine", "batch", "GPU us", "e2e us",
               "b2b us/call", "us/image");
-  auto row = [&](const char* name, const Engine& e, int batch, bool graph) {
-    const Speed s = time_engine(e, batch, graph, o.reps, stream.get());
+  auto row = [&](const char* name, const Engine& e, int batch, bool graph, bool pdl = false) {
+    const Speed s = time_engine(e, batch, graph, o.reps, stream.get(), pdl);
     std::printf("   %-40s %6d %10.1f %10.1f %12.1f %10.1f\n", name, batch, s.gpu_us, s.e2e_us,
                 s.b2b_us, s.gpu_us / batch);
     std::fflush(stdout);
@@ -309,15 +316,19 @@ int run(const Options& o) {
   };
   row("FP16, stream (opt 1)", *e1, 1, false);
   const Speed g1 = row("FP16, CUDA graph (opt 1)", *e1, 1, true);
+  row("FP16, CUDA graph + PDL (opt 1)", *e1, 1, true, true);
   if (cudnn1) row("FP16 cuDNN where offered, graph (opt 1)", *cudnn1, 1, true);
   row("FP16, stream (opt 32)", *e16, o.max_batch, false);
   const Speed g32 = row("FP16, CUDA graph (opt 32)", *e16, o.max_batch, true);
+  row("FP16, CUDA graph + PDL (opt 32)", *e16, o.max_batch, true, true);
   if (cudnn32) row("FP16 cuDNN where offered, graph (opt 32)", *cudnn32, o.max_batch, true);
   row("FP32, CUDA graph (opt 1)", *e32, 1, true);
-  std::printf("   clocks after the timing: %s\n", course::describe(course::read_gpu_clocks(0)).c_str());
-  std::printf("   (\"cuDNN where offered\": every convolution on cuDNN + the epilogue kernel where its "
-              "tensors are dense; the first layer and the layers reading or writing a "
-              "concatenation's slice stay on the course's kernels)\n\n");
+  std::printf("   clocks after the timing: %s\n",
+              course::describe(course::read_gpu_clocks(0)).c_str());
+  std::printf(
+      "   (\"cuDNN where offered\": every convolution on cuDNN + the epilogue kernel where its "
+      "tensors are dense; the first layer and the layers reading or writing a "
+      "concatenation's slice stay on the course's kernels)\n\n");
 
   // ------------------------------------------------------------------ 8. lesson 09 serves it
   std::printf(
@@ -351,6 +362,7 @@ int main(int argc, char** argv) {
       ->check(course::integer_in(1, 10000));
   app.add_option("--serve-frames", o.serve_frames, "frames per lesson 09 configuration")
       ->check(course::integer_in(16, 100000));
+  app.add_flag("--verbose", o.verbose, "also print the tactic table of the batch-1 build");
   app.add_option("--reps", o.reps, "timing repetitions (median)")
       ->check(course::integer_in(1, 1000));
   return course::lesson_main(app, argc, argv, [&] { return run(o); });

@@ -135,6 +135,7 @@ struct ExecutionContext::Impl {
   bool graph_valid = false;
   int graph_captures = 0;
   bool uses_cudnn = false;
+  bool programmatic = false;  // programmatic dependent launch between consecutive ops
 };
 
 ExecutionContext::ExecutionContext(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -150,6 +151,8 @@ std::unique_ptr<ExecutionContext> Engine::create_execution_context() const {
     impl->workspace = course::DeviceBuffer<std::uint8_t>(impl_->plan.workspace_bytes);
   }
   impl->batch = impl_->plan.profile.opt_batch;
+  // Programmatic dependent launch: off unless asked for (set_programmatic_launch says why).
+  impl->programmatic = false;
   return std::unique_ptr<ExecutionContext>(new ExecutionContext(std::move(impl)));
 }
 
@@ -267,13 +270,26 @@ void ExecutionContext::enqueue(cudaStream_t stream) {
   const Plan& plan = c.engine->impl().plan;
   for (std::size_t i = 0; i < c.ops.size(); ++i) {
     try {
-      launch(lib, c.ops[i], stream, c.workspace.data(), c.workspace.bytes());
+      // The first op follows whatever the caller queued before (a copy, lesson 09's letterbox):
+      // launched as usual. The others may start while the op before them drains.
+      launch(lib, c.ops[i], stream, c.workspace.data(), c.workspace.bytes(),
+             c.programmatic && i > 0);
     } catch (const std::exception& e) {
       // Say which layer and tactic, as TensorRT's error log does.
       throw std::runtime_error("enqueue: layer " + plan.ops[i].op.name + " (tactic " +
                                plan.ops[i].tactic.label + "): " + e.what());
     }
   }
+}
+
+void ExecutionContext::set_programmatic_launch(bool on) {
+  Impl& c = *impl_;
+  const bool allowed = on && c.engine->impl().plan.cc_major >= 9;
+  if (allowed != c.programmatic) c.graph_valid = false;  // the captured graph has the old edges
+  c.programmatic = allowed;
+}
+bool ExecutionContext::programmatic_launch() const {
+  return impl_->programmatic;
 }
 
 void ExecutionContext::enqueue_graph(cudaStream_t stream) {

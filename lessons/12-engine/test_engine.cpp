@@ -483,6 +483,18 @@ TEST_CASE(
   }
   CHECK(run(*e, *ctx, x, 3, true) == y3);  // graph, batch 3
   CHECK(run(*e, *ctx, x, 2, true) == std::vector<float>(y3.begin(), y3.begin() + 2 * out1));
+
+  // Programmatic dependent launch (an option, compute capability 9.0+) changes when kernels
+  // start, never what they compute: with it, the same bits, on a stream and in a graph.
+  cudaDeviceProp prop{};
+  CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  CHECK_FALSE(ctx->programmatic_launch());
+  ctx->set_programmatic_launch(true);
+  CHECK(ctx->programmatic_launch() == (prop.major >= 9));
+  CHECK(run(*e, *ctx, x, 3) == y3);
+  CHECK(run(*e, *ctx, x, 3, true) == y3);
+  ctx->set_programmatic_launch(false);
+  CHECK(run(*e, *ctx, x, 3, true) == y3);
 }
 
 TEST_CASE("one engine, one context per thread: the same answers", "[gpu][engine]") {

@@ -297,8 +297,7 @@ std::string run_and_check(KernelLibrary& lib, const ConvKernelInfo& k, const Con
   a.act = c.act;
   REQUIRE(conv_kernel_supports(k, a, d.first_layer));
 
-  lib.launch(k.symbol, conv_grid(k, a), dim3(k.threads), static_cast<std::size_t>(k.smem_bytes),
-             nullptr, a);
+  lib.launch(k.symbol, conv_grid(k, a), dim3(k.threads), conv_smem_bytes(k, a), nullptr, a);
   CUDA_CHECK(cudaGetLastError());
   CUDA_CHECK(cudaDeviceSynchronize());
   const std::vector<float> out = download(t, y);
