@@ -8,9 +8,12 @@ The marker is an HTML comment line that starts with "<!-- " + MARKER. What follo
 next blank line after a fenced block (or the block the previous run inserted, which this script
 wraps in <!-- begin/end --> comments) is replaced, so the script can be re-run after every new
 measurement. Without --raw the text goes in a ```text fence; with --raw it is inserted as
-markdown (a table from tools/plot_bench.py --table, an image link).
+markdown (a table from tools/plot_bench.py --table, an image link). When README.md has no such
+marker and a RESULTS.md beside it has, the text goes into RESULTS.md (lessons whose full outputs
+and tables live there; tools/bench_report.py relies on this).
 """
 import argparse
+import os
 import re
 import sys
 
@@ -27,6 +30,12 @@ def main():
     text = text.rstrip("\n")
     lines = open(a.readme, encoding="utf-8").read().split("\n")
     at = [i for i, l in enumerate(lines) if l.strip().startswith("<!-- " + a.marker)]
+    # A lesson whose runs moved to RESULTS.md keeps the marker there, beside its README.
+    results = os.path.join(os.path.dirname(a.readme), "RESULTS.md")
+    if not at and os.path.basename(a.readme) == "README.md" and os.path.exists(results):
+        a.readme = results
+        lines = open(a.readme, encoding="utf-8").read().split("\n")
+        at = [i for i, l in enumerate(lines) if l.strip().startswith("<!-- " + a.marker)]
     if len(at) != 1:
         sys.exit("%s: expected one marker '<!-- %s', found %d" % (a.readme, a.marker, len(at)))
     i = at[0] + 1

@@ -255,8 +255,10 @@ class GraphExec {
   // installs the result with cudaGraphExecUpdate into the executable graph already there: no
   // new instantiation, which is what the update exists for (Programming Guide, "CUDA Graphs",
   // "Updating Instantiated Graphs"). The update is refused when the topology changed (other
-  // nodes, other edges, a kernel node's function changed); then, or with nothing instantiated
-  // yet, it instantiates anew. Returns true when the executable graph was updated in place.
+  // nodes, other edges) or a node breaks one of the API's limits (a kernel node's function may
+  // change, since CUDA 11.2, but not its owning context/device); then, or with nothing
+  // instantiated yet, it instantiates anew. Returns true when the executable graph was updated
+  // in place.
   template <class F>
   bool recapture(cudaStream_t stream, F&& enqueue);
   void launch(cudaStream_t stream) const;
