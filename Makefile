@@ -3,9 +3,12 @@
 #   make deps                  install the system packages (Debian/Ubuntu; sudo when not root);
 #                              run, test, check, bench and sanitize install what is missing themselves
 #   make run [LESSON=NN]       build, then run every lesson binary in order (or lesson NN)
-#   make test                  build, then run the whole test suite (ctest)
-#   make check LESSON=NN       build and run lesson NN's tests against YOUR exercise.cu; on a GPU
-#                              also under compute-sanitizer (cmake/check_exercise.sh)
+#   make test [LESSON=NN]      build, then run the whole test suite (ctest); with LESSON=NN only
+#                              lesson NN's targets are built and only its tests run (ctest -L)
+#   make check LESSON=NN       build lesson NN's exercise tests (that target only) and run them
+#                              against YOUR exercise.cu; on a GPU also under compute-sanitizer
+#                              (cmake/check_exercise.sh). With no GPU only the CPU tests run, and
+#                              an exercise that has [gpu] tests is reported as not checked
 #   make bench [LESSON=NN]     run the benchmarks; JSON goes to build/bench/ (BENCH_ARGS: flags)
 #   make sanitize [LESSON=NN]  run the GPU tests under compute-sanitizer
 #   make format                clang-format every C++/CUDA source in place (.clang-format)
@@ -70,8 +73,11 @@ run: lesson-selected configure
 	cmake --build $(BUILD) -j $(JOBS) $(if $(LESSON),--target lesson$(LESSON))
 	@tools/run_lessons.sh $(BUILD) $(SELECTED)
 
-test: build
-	$(CTEST)
+# With LESSON=NN: the lesson binary (its NN/cli test), its tests and its exercise tests (the
+# stubs checks), and only the ctest tests labelled lessonNN (see cmake/AddLesson.cmake).
+test: lesson-selected configure
+	cmake --build $(BUILD) -j $(JOBS) $(if $(LESSON),--target lesson$(LESSON) lesson$(LESSON)_tests lesson$(LESSON)_exercise_tests)
+	$(CTEST) $(if $(LESSON),-L '^lesson$(LESSON)$$')
 
 check: lesson-given lesson-selected configure
 	cmake --build $(BUILD) -j $(JOBS) --target lesson$(LESSON)_exercise_tests
@@ -84,7 +90,7 @@ bench: lesson-selected build
 	  [ -x $$b ] || continue; found=1; \
 	  echo "==================== $$(basename $$d) benchmark ===================="; \
 	  $$b $(BENCH_ARGS) --benchmark_out=$(BUILD)/bench/lesson$$n.json --benchmark_out_format=json; \
-	done; [ $$found = 1 ] || echo "no benchmark here: lesson 01 has none, and the others need Google Benchmark (libbenchmark-dev) at configure time"
+	done; [ $$found = 1 ] || echo "no benchmark here: lessons 01 and 11 have none, and the others need Google Benchmark (libbenchmark-dev) at configure time"
 
 # memcheck, racecheck (shared-memory hazards), synccheck (barriers) and initcheck (reads of
 # uninitialised device memory) on every GPU test.

@@ -4,7 +4,8 @@
 #     SOURCES       reduction.cu            # the lesson's code: kernels + launchers (+ solutions)
 #     TESTS         test_reduction.cpp      # Catch2 tests; GPU tests carry the tag [gpu]
 #     EXERCISES     ex1 ex2 ex3             # tags: tests of exercise K carry [exK]
-#     GPU_EXERCISES ex2 ex3                 # those whose tests need a GPU to reach the stub
+#     GPU_EXERCISES ex2 ex3                 # those whose stubs fail only [gpu] tests: their
+#                                           # stubs-fail check needs a GPU (below)
 #     LIBS          CUDA::cublas            # extra libraries for the lesson's code
 #     TEST_LIBS     course_cupti            # extra libraries for the tests only
 #     BENCH         bench_reduction.cu      # optional Google Benchmark executable
@@ -18,8 +19,8 @@
 #                            lesson's code is compiled again with LESSON_EXERCISE_BUILD defined,
 #                            which leaves out its solutions.cuh (the exercise solutions)
 #                            The cache variable LESSON_EXERCISE_SOURCE_NN names another file to
-#                            use instead of exercise.cu (tools/device/wrong_solutions.sh builds
-#                            known-wrong solutions that way); the stubs-fail checks still hash
+#                            use instead of exercise.cu (e.g. to build a known-wrong solution
+#                            and see make check fail on it); the stubs-fail checks still hash
 #                            the real exercise.cu.
 #   lessonNN_bench           the benchmark (make bench), when BENCH is given
 # ctest tests (labels in brackets):
@@ -74,9 +75,8 @@ function(add_lesson)
   target_link_libraries(${p}_exercise_tests PRIVATE ${p}_exercise_code course_test_main
                                                      ${L_TEST_LIBS})
 
-  # What cmake/check_exercise.sh (make check) needs to say which exercises it could check.
-  file(WRITE "${CMAKE_CURRENT_BINARY_DIR}/${p}_exercises.txt"
-       "exercises: ${L_EXERCISES}\ngpu_exercises: ${L_GPU_EXERCISES}\n")
+  # cmake/check_exercise.sh (make check) reads the exercises, and which of them have [gpu] tests,
+  # from the binary's own tags (--list-tags): no list of them is kept here.
   add_test(NAME ${nn}/cpu COMMAND ${p}_tests ${COURSE_CATCH2_NO_TESTS_OK} "~[gpu]")
   set_tests_properties(${nn}/cpu PROPERTIES LABELS "cpu;${p}")
   if(L_MULTIGPU)

@@ -4,8 +4,8 @@
 #   cmake/check_exercise.sh BUILD NN [exK]
 #
 # BUILD is a build folder (the test binary is BUILD/lessons/NN-*/lessonNN_exercise_tests), or a
-# folder that holds lessonNN_exercise_tests itself (tools/device/wrong_solutions.sh collects them
-# so). With exK, only that exercise's tests run.
+# folder that holds lessonNN_exercise_tests itself (a script that checks several builds may
+# collect them so). With exK, only that exercise's tests run.
 #
 #   1. tests      the exercise tests, as they are (with no GPU, Catch2 leaves out the [gpu] ones)
 #   2. memcheck   with a usable GPU and compute-sanitizer on PATH: the exercises' GPU tests under
@@ -14,15 +14,31 @@
 #      synccheck  shared memory, barriers or warp shuffles (the table below)
 #   4. ncu        only with COURSE_NCU=1 and ncu on PATH: the counter checks of the table below
 #
+# Which exercises have GPU tests is read from the binary itself: the tags of the tests that
+# `--list-tags "[gpu]"` lists (the course's test main lists every test, GPU or not). An exercise
+# whose tests include [gpu] ones is checked only where a GPU ran them: without one, its CPU part
+# alone ran, and it is reported so, never as checked.
+#
 # Under the sanitizers, tests tagged [provokes-error] (they make CUDA fail on purpose) and [cupti]
 # (CUPTI takes one subscriber per process, and the sanitizer is one) are left out, and so are
 # [host-race] (a race between host threads and the copy engine: invisible to the sanitizers, and
 # lesson 09's long engine would run 10-100x slower under them). Any finding
 # fails the check, with the tool's report above it. Every stage prints one line
-#   check_exercise: lesson NN STAGE: passed | FAILED | not run (why)
-# and the last line is
-#   check_exercise: lesson NN [exK]: passed | FAILED (STAGE ...)
-# Exit status: 0 when every stage that ran passed, 1 otherwise, 2 for a usage error.
+#   check_exercise: lesson NN STAGE: passed | FAILED | not run (why)   (tests, with no GPU:
+#   "CPU tests passed (...)")
+# then, when nothing failed, one line per exercise
+#   check_exercise: lesson NN exK: checked | CPU part only (...) | not checked (...)
+#                                  | single-GPU part only (...)
+# and the last line is one of
+#   check_exercise: lesson NN [exK]: passed
+#   check_exercise: lesson NN [exK]: passed, but the GPU checks did not run (why)
+#   check_exercise: lesson NN [exK]: passed (the tests of exJ exK are CPU tests only, ...)
+#   check_exercise: lesson NN [exK]: CPU parts passed; exJ exK not checked on a GPU
+#   check_exercise: lesson NN [exK]: nothing checked (no usable GPU, and the tests of exK ...)
+#   check_exercise: lesson NN [exK]: passed on 1 GPU; exK not checked on 2 GPUs
+#   check_exercise: lesson NN [exK]: FAILED (STAGE ...)
+# Exit status: 0 when every stage that ran passed (with no GPU too: then only the CPU parts ran,
+# as the lines say), 1 otherwise, 2 for a usage error.
 set -u
 
 usage() {
@@ -59,65 +75,54 @@ if [ ! -x "$exe" ]; then
   exit 2
 fi
 
-# The lesson's exercises and those whose tests need a GPU (written by add_lesson beside the
-# binary; absent for binaries collected elsewhere, which then skip these checks).
-list_file=$(dirname "$exe")/lesson${nn}_exercises.txt
-all_ex="" gpu_ex=""
-if [ -f "$list_file" ]; then
-  all_ex=$(sed -n 's/^exercises: *//p' "$list_file" | tr ';' ' ')
-  gpu_ex=$(sed -n 's/^gpu_exercises: *//p' "$list_file" | tr ';' ' ')
-  if [ -n "$only" ]; then
-    case " $all_ex " in
-      *" $only "*) ;;
-      *) echo "check_exercise: lesson $nn has no exercise $only (its exercises: $all_ex)" >&2
-         exit 2 ;;
-    esac
-  fi
+# The exercise tags ([ex1] [ex2] ...) of the tests a spec matches (of all tests, without one),
+# in numeric order. A listing runs nothing; the course's test main lists [gpu] tests with no GPU
+# too. (Catch2 v2 exits with the number of tags listed: the status means nothing here.)
+tags_of() {  # tags_of [SPEC]
+  # shellcheck disable=SC2086
+  "$exe" --list-tags ${1:+"$1"} 2>/dev/null | grep -o '\[ex[0-9][0-9]*\]' | tr -d '[]' |
+    sort -u -t x -k 2,2n | tr '\n' ' '
+}
+# Words of list $1 that are in list $2, in $1's order.
+intersect() {
+  out=""
+  for w in $1; do
+    case " $2 " in *" $w "*) out="$out${out:+ }$w" ;; esac
+  done
+  echo "$out"
+}
+
+all_ex=$(tags_of)
+if [ -z "$all_ex" ]; then
+  echo "check_exercise: $exe lists no exercise tests (no [exK] tags): is it an exercise test binary? Run it with --list-tags to see" >&2
+  exit 2
 fi
+if [ -n "$only" ]; then
+  case " $all_ex " in
+    *" $only "*) ;;
+    *) echo "check_exercise: lesson $nn has no exercise $only (its exercises: ${all_ex% })" >&2
+       exit 2 ;;
+  esac
+fi
+exercises=${only:-$all_ex}
+exercises=${exercises% }
 
 failed=""
 hung=no  # after a run that timed out, the later stages would only time out too
 say() { echo "check_exercise: lesson $nn $1"; }
+plural() {  # plural N WORD: "1 WORD" or "N WORDs"
+  if [ "$1" = 1 ]; then echo "1 $2"; else echo "$1 $2s"; fi
+}
 # A barrier that not every thread reaches can hang a kernel: every run gets a time limit
 # (CHECK_EXERCISE_TIMEOUT seconds, 600 unless set).
 timeout_cmd=""
 command -v timeout >/dev/null && timeout_cmd="timeout ${CHECK_EXERCISE_TIMEOUT:-600}"
+# The test output goes through a pipe (tee, to read Catch2's totals): line-buffer it, so that a
+# run the time limit kills still shows what it printed.
+linebuf=""
+command -v stdbuf >/dev/null && linebuf="stdbuf -oL"
 
-# The exercise tags the binary knows ([ex1] [ex2] ...), or only the one asked for. With no GPU
-# the binary lists only its CPU tests' tags, which is all that can run then.
-if [ -n "$only" ]; then
-  exercises=$only
-else
-  exercises=$("$exe" --list-tags 2>/dev/null | grep -o '\[ex[0-9]*\]' | tr -d '[]' | sort -u)
-fi
-in_table() {  # in_table TABLE EX
-  for entry in $1; do [ "$entry" = "$nn:$2" ] && return 0; done
-  return 1
-}
-# A Catch2 spec: the GPU tests of the given exercises, less the two excluded tags.
-gpu_spec() {
-  spec=""
-  for ex in "$@"; do
-    spec="$spec${spec:+,}[gpu][$ex]~[provokes-error]~[cupti]~[host-race]"
-  done
-  echo "$spec"
-}
-
-# 1. the tests as they are
-echo "==================== lesson $nn: $(basename "$exe") ${only:+[$only]} ===================="
-# shellcheck disable=SC2086  # timeout_cmd is a command and its argument, or nothing
-if [ -n "$only" ]; then $timeout_cmd "$exe" "[$only]"; else $timeout_cmd "$exe"; fi
-rc=$?
-case $rc in
-  0) say "tests: passed" ;;
-  124) say "tests: FAILED (timed out: a barrier that not every thread reaches can hang)"
-       failed="$failed tests"
-       hung=yes ;;
-  *) say "tests: FAILED ($rc test case(s) failed, or the run stopped: see above)"
-     failed="$failed tests" ;;
-esac
-
-# Is there a GPU? The binary's --require-gpu answers 77 without one.
+# Is there a GPU, and are there two? The binary's --require-gpu(s) answers 77 when not.
 "$exe" --require-gpu --list-tags >/dev/null 2>&1
 if [ $? = 77 ]; then
   gpu=no
@@ -128,6 +133,104 @@ elif ! command -v compute-sanitizer >/dev/null; then
 else
   gpu=yes
   why_not=""
+fi
+two_gpus=no
+if [ "$gpu" = yes ]; then
+  "$exe" --require-gpus 2 --list-tags >/dev/null 2>&1
+  [ $? = 77 ] || two_gpus=yes
+fi
+
+# The exercises with GPU tests (checked only where a GPU ran those), those with CPU tests, those
+# with [multigpu] tests (checked only where 2 GPUs ran those), and those with GPU tests the
+# sanitizers can run here.
+gpu_ex=$(intersect "$exercises" "$(tags_of "[gpu]")")
+cpu_ex=$(intersect "$exercises" "$(tags_of "~[gpu]")")
+multi_ex=$(intersect "$exercises" "$(tags_of "[multigpu]")")
+sanitizer_spec="[gpu]~[provokes-error]~[cupti]~[host-race]"
+[ "$two_gpus" = yes ] || sanitizer_spec="$sanitizer_spec~[multigpu]"
+sanitizer_ex=$(intersect "$exercises" "$(tags_of "$sanitizer_spec")")
+in_table() {  # in_table TABLE EX
+  for entry in $1; do [ "$entry" = "$nn:$2" ] && return 0; done
+  return 1
+}
+# A Catch2 spec: the GPU tests of the given exercises, less the excluded tags.
+gpu_spec() {
+  spec=""
+  for ex in "$@"; do
+    spec="$spec${spec:+,}[gpu][$ex]~[provokes-error]~[cupti]~[host-race]"
+  done
+  echo "$spec"
+}
+
+# 1. the tests as they are. Catch2's own totals say how many test cases and assertions failed
+# (its exit status is the failed-assertion count in v2, 42 in v3).
+if [ "$gpu" = no ] && [ -n "$only" ] && [ -z "$cpu_ex" ]; then
+  # Nothing would run: with no GPU the test main leaves out the [gpu] tests, all this one has.
+  say "tests: not run (no usable GPU, and the tests of $exercises are all [gpu] tests)"
+else
+  echo "==================== lesson $nn: $(basename "$exe") ${only:+[$only]} ===================="
+  log=$(mktemp)
+  status=$(mktemp)
+  # shellcheck disable=SC2086  # timeout_cmd and linebuf are a command and its arguments, or nothing
+  { $timeout_cmd $linebuf "$exe" ${only:+"[$only]"} 2>&1; echo $? >"$status"; } | tee "$log"
+  rc=$(cat "$status")
+  # "TC TCF AS ASF": test cases and assertions, and how many failed ("- - - -" without totals).
+  # Catch2 ends with "test cases: 12 | 9 passed | 3 failed" and "assertions: ..." (v3 may add
+  # "| 1 skipped"), with "All tests passed (189 assertions in 12 test cases)", or with "No tests
+  # ran".
+  totals=$(awk '
+    function count(line,   n, i, f, parts, total, failed) {
+      sub(/^[a-z ]*: */, "", line)
+      n = split(line, parts, "|")
+      total = 0; failed = 0
+      for (i = 1; i <= n; i++) {
+        f = parts[i]; gsub(/^ +| +$/, "", f)
+        if (f ~ /^[0-9]+$/) total = f
+        else if (f ~ /^[0-9]+ failed$/) { sub(/ failed$/, "", f); failed = f }
+      }
+      return total " " failed
+    }
+    /^test cases:/ { tc = count($0) }
+    /^assertions:/ { as = count($0) }
+    /^All tests passed \(/ {
+      line = $0; gsub(/[^0-9]+/, " ", line); split(line, v, " ")
+      all = v[2] " 0 " v[1] " 0"
+    }
+    /^No tests ran/ { all = "0 0 0 0" }
+    END {
+      if (tc != "" && as != "") print tc, as
+      else if (all != "") print all
+      else print "- - - -"
+    }' "$log")
+  rm -f "$log" "$status"
+  # shellcheck disable=SC2086  # four words
+  set -- $totals
+  tc=$1 tc_failed=$2 as_failed=$4
+  not_ran=""
+  [ "$gpu" = no ] && not_ran="; the [gpu] tests did not run: no usable GPU"
+  [ "$gpu" = yes ] && [ "$two_gpus" = no ] && [ -n "$multi_ex" ] &&
+    not_ran="; the [multigpu] tests did not run: they need 2 GPUs"
+  case $rc in
+    0) if [ "$tc" = 0 ] || [ "$tc" = - ]; then
+         say "tests: FAILED (no test ran: see above)"
+         failed="$failed tests"
+       elif [ "$gpu" = no ]; then
+         say "tests: CPU tests passed ($(plural "$tc" "test case")$not_ran)"
+       else
+         say "tests: passed ($(plural "$tc" "test case")$not_ran)"
+       fi ;;
+    124) say "tests: FAILED (timed out: a barrier that not every thread reaches can hang)"
+         failed="$failed tests"
+         hung=yes ;;
+    *) if [ "$tc" = - ]; then
+         say "tests: FAILED (exit status $rc before Catch2's totals: the run crashed or stopped; see above)"
+       elif [ "$tc_failed" = 0 ]; then
+         say "tests: FAILED (exit status $rc, and no test case failed: did any test run? See above)"
+       else
+         say "tests: FAILED ($tc_failed of $(plural "$tc" "test case") failed, $(plural "$as_failed" "failed assertion"); see above)"
+       fi
+       failed="$failed tests" ;;
+  esac
 fi
 
 # 2 and 3. the sanitizers
@@ -155,44 +258,36 @@ sanitize() {  # sanitize TOOL EX...
   cat "$log"
   # Racecheck may count a hazard as a warning, which --error-exitcode does not see: any hazard
   # or error in the summaries is a finding.
-  if [ $rc = 0 ] && grep -Eq '(RACECHECK|ERROR) SUMMARY: [1-9]' "$log"; then rc=1; fi
+  finding=no
+  grep -Eq '(RACECHECK|ERROR) SUMMARY: [1-9]' "$log" && finding=yes
+  grep -Eq '(RACECHECK|ERROR) SUMMARY:' "$log" || finding=unknown
+  if [ $rc = 0 ] && [ $finding = yes ]; then rc=1; fi
   rm -f "$log"
   case $rc in
     0) say "$tool: passed ($*)" ;;
     124) say "$tool: FAILED (timed out: a barrier that not every thread reaches can hang)"
          failed="$failed $tool"
          hung=yes ;;
-    *) say "$tool: FAILED (exit $rc; the report is above)"; failed="$failed $tool" ;;
+    *) if [ $finding = yes ]; then
+         say "$tool: FAILED ($tool found errors or hazards: its report is above)"
+       elif [ $finding = no ]; then
+         # No finding in the tool's summary: the tests themselves failed (their exit status).
+         say "$tool: FAILED (no $tool finding, but the tests failed under it, exit $rc: see above)"
+       else
+         say "$tool: FAILED (exit $rc, and no summary from $tool: see above)"
+       fi
+       failed="$failed $tool" ;;
   esac
 }
-memcheck_list="" race_list="" sync_list=""
-if [ "$gpu" = yes ]; then
-  for ex in $exercises; do
-    # Only exercises with GPU tests: a spec that matches no test is an error for Catch2 v3.
-    if "$exe" --list-tests "[gpu][$ex]" 2>/dev/null | grep -q '\[gpu\]'; then
-      memcheck_list="$memcheck_list $ex"
-      in_table "$racecheck_table" "$ex" && race_list="$race_list $ex"
-      in_table "$synccheck_table" "$ex" && sync_list="$sync_list $ex"
-    fi
-  done
-else
-  # Say what would have run: every exercise's GPU tests, and the table's.
-  memcheck_list="the GPU tests of every exercise"
-  for entry in $racecheck_table; do
-    [ "${entry%%:*}" = "$nn" ] && { [ -z "$only" ] || [ "${entry#*:}" = "$only" ]; } &&
-      race_list="$race_list ${entry#*:}"
-  done
-  for entry in $synccheck_table; do
-    [ "${entry%%:*}" = "$nn" ] && { [ -z "$only" ] || [ "${entry#*:}" = "$only" ]; } &&
-      sync_list="$sync_list ${entry#*:}"
-  done
-fi
+# memcheck for every exercise with GPU tests the sanitizers can run here; racecheck and synccheck
+# for those of the tables.
+memcheck_list=$sanitizer_ex race_list="" sync_list=""
+for ex in $sanitizer_ex; do
+  in_table "$racecheck_table" "$ex" && race_list="$race_list $ex"
+  in_table "$synccheck_table" "$ex" && sync_list="$sync_list $ex"
+done
 # shellcheck disable=SC2086  # the lists are words
-if [ "$gpu" = no ]; then
-  say "memcheck: not run ($why_not): $memcheck_list"
-else
-  sanitize memcheck $memcheck_list
-fi
+sanitize memcheck $memcheck_list
 # shellcheck disable=SC2086
 sanitize racecheck $race_list
 # shellcheck disable=SC2086
@@ -243,20 +338,40 @@ for entry in $ncu_table; do
   rm -f "$csv"
 done
 
+where="lesson $nn${only:+ [$only]}"
 if [ -z "$failed" ]; then
-  if [ "$gpu" = no ] && [ -n "$all_ex" ]; then
-    # Without a GPU only the CPU tests ran: an exercise whose tests need a GPU is not checked.
-    checked="" unchecked=""
-    for ex in ${only:-$all_ex}; do
-      case " $gpu_ex " in *" $ex "*) unchecked="$unchecked $ex" ;; *) checked="$checked $ex" ;; esac
-    done
-    echo "check_exercise: lesson $nn${only:+ [$only]}: CPU tests passed${checked:+ (checked:$checked)}${unchecked:+; NOT CHECKED here:$unchecked, whose tests need a GPU}"
+  # One line per exercise: "checked" only when all its tests ran.
+  unchecked="" single=""
+  for ex in $exercises; do
+    if [ "$gpu" = no ] && [ -n "$(intersect "$ex" "$gpu_ex")" ]; then
+      if [ -n "$(intersect "$ex" "$cpu_ex")" ]; then
+        say "$ex: CPU part only (its GPU tests did not run: no GPU)"
+      else
+        say "$ex: not checked (its tests are all GPU tests: no GPU)"
+      fi
+      unchecked="$unchecked $ex"
+    elif [ "$gpu" = yes ] && [ "$two_gpus" = no ] && [ -n "$(intersect "$ex" "$multi_ex")" ]; then
+      say "$ex: single-GPU part only (its [multigpu] tests did not run: they need 2 GPUs)"
+      single="$single $ex"
+    else
+      say "$ex: checked"
+    fi
+  done
+  if [ "$gpu" = no ] && [ -z "$cpu_ex" ]; then
+    echo "check_exercise: $where: nothing checked (no usable GPU, and the tests of$unchecked all need one)"
+  elif [ "$gpu" = no ] && [ -n "$unchecked" ]; then
+    echo "check_exercise: $where: CPU parts passed;$unchecked not checked on a GPU"
+  elif [ "$gpu" = no ]; then
+    echo "check_exercise: $where: passed (the tests of $exercises are CPU tests only, and all ran; with no usable GPU the lesson's other [gpu] tests did not)"
+  elif [ -n "$single" ]; then
+    echo "check_exercise: $where: passed on 1 GPU;$single not checked on 2 GPUs${why_not:+ (and the GPU checks did not run: $why_not)}"
   elif [ -n "$why_not" ]; then
-    echo "check_exercise: lesson $nn${only:+ [$only]}: passed, but the GPU checks did not run ($why_not)"
+    echo "check_exercise: $where: passed, but the GPU checks did not run ($why_not)"
   else
-    echo "check_exercise: lesson $nn${only:+ [$only]}: passed"
+    echo "check_exercise: $where: passed"
   fi
   exit 0
 fi
-echo "check_exercise: lesson $nn${only:+ [$only]}: FAILED (${failed# })"
+[ "$gpu" = no ] && [ -n "$gpu_ex" ] && say "${only:+[$only] }not checked on a GPU either: $gpu_ex (no usable GPU)"
+echo "check_exercise: $where: FAILED (${failed# })"
 exit 1

@@ -1,6 +1,9 @@
 // The main() of every test executable (Catch2 v2 or v3).
 //
 //   <exe> [catch2 args]                  run tests; with no GPU, tests tagged [gpu] are left out
+//   <exe> --list-tests|--list-tags ...   list every test, [gpu] ones too, GPU or not (a listing
+//                                        runs nothing: cmake/check_exercise.sh asks which
+//                                        exercises have GPU tests this way)
 //   <exe> --require-gpu [catch2 args]    exit 77 (ctest's SKIP_RETURN_CODE) when no usable GPU
 //   <exe> --require-gpus N [catch2 args] exit 77 when fewer than N CUDA devices (N >= 1)
 //
@@ -162,6 +165,24 @@ std::vector<std::string> exclude_tagged_tests(const std::vector<char*>& args,
   return out;
 }
 
+// Whether args ask Catch2 for a listing (v2 and v3 spellings): it runs no test, so nothing needs to
+// be left out, and a script can see every test, [gpu] ones included, on a machine with no GPU.
+bool is_listing(const std::vector<char*>& args) {
+  static const char* const listing[] = {"-l",
+                                        "--list-tests",
+                                        "-t",
+                                        "--list-tags",
+                                        "--list-test-names-only",
+                                        "--list-reporters",
+                                        "--list-listeners"};
+  for (std::size_t i = 1; i < args.size(); ++i) {
+    for (const char* o : listing) {
+      if (std::strcmp(args[i], o) == 0) return true;
+    }
+  }
+  return false;
+}
+
 // Replaces the test specs of args (after argv[0]) by those of exclude_tagged_tests.
 void exclude_tagged(std::vector<char*>& args, std::vector<std::string>& storage,
                     const std::string& tag) {
@@ -202,24 +223,33 @@ int main(int argc, char** argv) {
   }
   const course::DeviceAvailability device = course::check_device_available();
   std::vector<std::string> rewritten;  // owns the rewritten test specs that args points into
+  const bool listing = is_listing(args);
   if (!device.usable) {
     if (required_gpus > 0) {
       std::printf("SKIPPED: these tests need a GPU; %s\n", device.reason.c_str());
       return 77;
     }
-    std::printf("Note: %s\nLeaving out the tests tagged [gpu].\n", device.reason.c_str());
-    exclude_tagged(args, rewritten, "[gpu]");
+    if (listing) {
+      // Said on stderr: the listing on stdout stays Catch2's own.
+      std::fprintf(stderr, "Note: %s\nListing every test, [gpu] ones too (they would not run).\n",
+                   device.reason.c_str());
+    } else {
+      std::printf("Note: %s\nLeaving out the tests tagged [gpu].\n", device.reason.c_str());
+      exclude_tagged(args, rewritten, "[gpu]");
+    }
   } else if (required_gpus > device.device_count) {
     std::printf("SKIPPED: these tests need %d GPUs; cudaGetDeviceCount() found %d\n", required_gpus,
                 device.device_count);
     return 77;
-  } else if (device.device_count < 2 && course::testing::has_multigpu_tests()) {
+  } else if (device.device_count < 2 && course::testing::has_multigpu_tests() && !listing) {
     std::printf("Note: 1 CUDA device: leaving out the tests tagged [multigpu] (they need 2).\n");
     exclude_tagged(args, rewritten, "[multigpu]");
   }
   Catch::Session session;
   const int result = session.run(static_cast<int>(args.size()), args.data());
-  if (!device.usable) {
+  if (listing) {
+    // nothing to add after a listing
+  } else if (!device.usable) {
     // Said again after Catch2's summary, which counts only what ran: "All tests passed" here
     // means the CPU tests, and the kernels (their tests are the [gpu] ones) are unchecked.
     std::printf(

@@ -27,8 +27,14 @@ int batch_to_take(int queued, double oldest_wait_us, int max_batch, double max_w
   throw std::logic_error("batch_to_take: TODO(exercise 1)");
 }
 
-// Exercise 2: per-thread device binding. Make `device` the calling thread's current device and
-// check that it is. A negative ordinal: std::invalid_argument, before any CUDA call.
+// Exercise 2: per-thread device binding (pipeline_host.hpp).
+//   in:     device, a CUDA device ordinal.
+//   does:   makes `device` the calling thread's current device (cudaSetDevice) and checks with
+//           cudaGetDevice that it is.
+//   errors: device < 0: std::invalid_argument, thrown before any CUDA call, whose what() contains
+//           the text ">= 0" (the test checks exactly that), e.g.
+//           "bind_worker_device: device ordinal must be >= 0, got -1".
+//           A call the runtime refuses: course::CudaError (CUDA_CHECK).
 void bind_worker_device(int device) {
   (void)device;
   throw std::logic_error("bind_worker_device: TODO(exercise 2)");

@@ -181,7 +181,8 @@ void release_after_copy(SlotRing& ring, const std::vector<int>& slots, cudaEvent
 // "Device Selection"): a new thread starts on device 0, so a worker for GPU 1 that forgets this
 // allocates on GPU 0 and its stream and buffers fail with "invalid resource handle" or worse.
 // cudaSetDevice(device), then confirm with cudaGetDevice. Throws std::invalid_argument for a
-// negative ordinal (before any CUDA call), course::CudaError if the runtime refuses.
+// negative ordinal (before any CUDA call; its message contains ">= 0", which the test checks),
+// course::CudaError if the runtime refuses.
 void bind_worker_device(int device);
 
 // ------------------------------------------------------------------------------ configuration

@@ -20,8 +20,16 @@
 
 namespace lesson11 {
 
-// Exercise 1: split n elements over `parts` GPUs, every part but the last a multiple of `align`
-// (multi_gpu_host.hpp states the rule and the errors).
+// Exercise 1: split n elements over `parts` GPUs (multi_gpu_host.hpp states the rule, with
+// worked examples).
+//   in:     n elements, parts GPUs, align (each part but the last a multiple of it).
+//   out:    part p covers [offset[p], offset[p] + size[p]): every part but the last takes
+//           c = ceil(n / parts) rounded up to a multiple of align, the last n - (parts - 1) c.
+//   errors: std::invalid_argument for n < 1, parts < 1 or align < 1, and for a split that leaves
+//           the last part empty (n - (parts - 1) c < 1). The latter's what() contains the text
+//           "multiples of <align>" ("multiples of 8" for align = 8: the test checks exactly
+//           that), e.g. "partition: 10 cannot be split over 4 GPUs in parts that are multiples
+//           of 8: ...".
 Partition partition(int n, int parts, int align) {
   (void)n;
   (void)parts;

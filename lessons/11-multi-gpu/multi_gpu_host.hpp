@@ -97,7 +97,8 @@ struct Partition {
 // vectorised kernels of lessons 07 and 10 take their fast path on each part. An even split is
 // the case n % (parts x align) == 0.
 // Throws std::invalid_argument for n < 1, parts < 1, align < 1, or a split that leaves a part
-// empty, saying what is allowed.
+// empty, saying what is allowed (for the empty part, its message contains "multiples of
+// <align>", e.g. "multiples of 8", which the test checks).
 Partition partition(int n, int parts, int align);
 constexpr int kSplitAlign = 8;
 
