@@ -86,7 +86,8 @@ void report_vs_baseline(benchmark::State& state, const std::string& name, double
   if (it == baselines().end() || it->second.empty()) return;
   const std::vector<double>& v = it->second;
   const std::size_t last = std::min<std::size_t>(5, v.size());
-  const double base = median(std::vector<double>(v.end() - static_cast<std::ptrdiff_t>(last), v.end()));
+  const double base =
+      median(std::vector<double>(v.end() - static_cast<std::ptrdiff_t>(last), v.end()));
   if (base > 0.0) state.counters["%" + name] = 100.0 * gbps / base;
 }
 
@@ -97,18 +98,28 @@ int run_main(int argc, char** argv) {
     const DeviceInfo info = query_device(0);
     const Ceilings& c = ceilings();
     const GpuClocks clocks = read_gpu_clocks(0);
+    // The floor every GPU time below includes (common/timing.hpp: gpu_time_floor_ms).
+    constexpr int floor_reps = 21;
+    double floor_us = 0.0;
+    {
+      Stream stream;
+      floor_us = 1e3 * gpu_time_floor_ms(stream, floor_reps);
+    }
     std::printf(
         "%s\n%s\ndevice copy ceiling: cudaMemcpy %.0f GB/s, copy kernel %.0f GB/s (GPU time, "
-        "1 GiB, bytes read + written); %%copy uses %.0f GB/s, %.0f%% of the theoretical %.0f GB/s\n",
+        "1 GiB, bytes read + written); %%copy uses %.0f GB/s, %.0f%% of the theoretical %.0f GB/s\n"
+        "harness floor: an empty kernel reads %.2f us of GPU time (median of %d, held as every "
+        "row is); each GPU time below includes it once\n",
         summary(info).c_str(), describe(clocks).c_str(), c.memcpy_gbps, c.copy_kernel_gbps,
-        c.d2d_copy_gbps, 100.0 * c.d2d_copy_gbps / c.dram_theoretical_gbps,
-        c.dram_theoretical_gbps);
+        c.d2d_copy_gbps, 100.0 * c.d2d_copy_gbps / c.dram_theoretical_gbps, c.dram_theoretical_gbps,
+        floor_us, floor_reps);
     benchmark::AddCustomContext("device", info.name);
     benchmark::AddCustomContext("compute_capability", info.compute_capability());
     benchmark::AddCustomContext("dram_theoretical_gbps", std::to_string(c.dram_theoretical_gbps));
     benchmark::AddCustomContext("d2d_copy_gbps", std::to_string(c.d2d_copy_gbps));
     benchmark::AddCustomContext("memcpy_gbps", std::to_string(c.memcpy_gbps));
     benchmark::AddCustomContext("copy_kernel_gbps", std::to_string(c.copy_kernel_gbps));
+    benchmark::AddCustomContext("harness_floor_us", std::to_string(floor_us));
     benchmark::AddCustomContext("timing",
                                 "GPU time: CUDA events behind a blocking kernel (launch latency "
                                 "excluded); latency_us: host call to completion");

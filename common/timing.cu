@@ -47,6 +47,9 @@ __global__ void l2_flush_kernel(const int4* p, std::size_t n, int* sink) {
   if (acc == 0x7ee1f00d) *sink = acc;
 }
 
+// Nothing: what gpu_time_floor_ms times is the launch and the events around it.
+__global__ void empty_kernel() {}
+
 __global__ void copy16_kernel(int4* __restrict__ dst, const int4* __restrict__ src, std::size_t n,
                               unsigned char* __restrict__ dst_tail,
                               const unsigned char* __restrict__ src_tail, int tail) {
@@ -64,7 +67,8 @@ struct FlushBuffer {
 }  // namespace
 
 StreamHold::StreamHold() {
-  CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&flags_), 2 * sizeof(int), cudaHostAllocMapped));
+  CUDA_CHECK(
+      cudaHostAlloc(reinterpret_cast<void**>(&flags_), 2 * sizeof(int), cudaHostAllocMapped));
   // Load the kernel now (lazy loading would otherwise load it at the first hold) and check that
   // it can run: released before it starts, it returns at once.
   flags_[0] = 1;
@@ -128,7 +132,8 @@ void flush_l2(cudaStream_t stream) {
       int l2_bytes = 0, sms = 0;
       CUDA_CHECK(cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, device));
       CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-      const std::size_t n = (2 * static_cast<std::size_t>(std::max(l2_bytes, 1 << 20))) / sizeof(int4);
+      const std::size_t n =
+          (2 * static_cast<std::size_t>(std::max(l2_bytes, 1 << 20))) / sizeof(int4);
       auto fb = std::make_unique<FlushBuffer>();
       fb->data = DeviceBuffer<int4>(n);
       fb->sink = DeviceBuffer<int>(1);
@@ -143,7 +148,8 @@ void flush_l2(cudaStream_t stream) {
 }
 
 void copy_kernel(void* dst, const void* src, std::size_t bytes, cudaStream_t stream) {
-  if (reinterpret_cast<std::uintptr_t>(dst) % 16 != 0 || reinterpret_cast<std::uintptr_t>(src) % 16 != 0) {
+  if (reinterpret_cast<std::uintptr_t>(dst) % 16 != 0 ||
+      reinterpret_cast<std::uintptr_t>(src) % 16 != 0) {
     throw std::invalid_argument("copy_kernel: dst and src must be 16-byte aligned");
   }
   if (bytes == 0) return;
@@ -153,11 +159,25 @@ void copy_kernel(void* dst, const void* src, std::size_t bytes, cudaStream_t str
   const std::size_t n = bytes / 16;
   const int tail = static_cast<int>(bytes % 16);
   // 8 blocks of 256 threads per SM: enough loads in flight to saturate HBM (Little's law).
-  copy16_kernel<<<8 * sms, 256, 0, stream>>>(
-      static_cast<int4*>(dst), static_cast<const int4*>(src), n,
-      static_cast<unsigned char*>(dst) + 16 * n, static_cast<const unsigned char*>(src) + 16 * n,
-      tail);
+  copy16_kernel<<<8 * sms, 256, 0, stream>>>(static_cast<int4*>(dst), static_cast<const int4*>(src),
+                                             n, static_cast<unsigned char*>(dst) + 16 * n,
+                                             static_cast<const unsigned char*>(src) + 16 * n, tail);
   CUDA_CHECK(cudaGetLastError());
+}
+
+double gpu_time_floor_ms(cudaStream_t stream, int reps) {
+  if (reps < 1) {
+    throw std::invalid_argument("gpu_time_floor_ms: reps must be >= 1, got " +
+                                std::to_string(reps));
+  }
+  const Timing t = measure(
+      stream, reps,
+      [&] {
+        empty_kernel<<<1, 1, 0, stream>>>();
+        CUDA_CHECK(cudaGetLastError());
+      },
+      L2::warm, /*with_latency=*/false);
+  return t.gpu_ms;
 }
 
 double median(std::vector<double> v) {
@@ -216,8 +236,9 @@ const Nvml& nvml() {
       r.reasons = reinterpret_cast<NvmlReasons>(sym("nvmlDeviceGetCurrentClocksThrottleReasons"));
     }
     if (init == nullptr || r.by_pci == nullptr || r.clock == nullptr) {
-      r.why = "libnvidia-ml.so.1 lacks nvmlInit_v2, nvmlDeviceGetHandleByPciBusId_v2 or "
-              "nvmlDeviceGetClockInfo";
+      r.why =
+          "libnvidia-ml.so.1 lacks nvmlInit_v2, nvmlDeviceGetHandleByPciBusId_v2 or "
+          "nvmlDeviceGetClockInfo";
       r.by_pci = nullptr;
       return r;
     }
@@ -247,7 +268,8 @@ GpuClocks read_gpu_clocks(int device) {
   }
   nvmlDevice d = nullptr;
   if (const int rc = n.by_pci(bus, &d); rc != 0) {
-    c.why = "nvmlDeviceGetHandleByPciBusId_v2(" + std::string(bus) + ") returned " + std::to_string(rc);
+    c.why =
+        "nvmlDeviceGetHandleByPciBusId_v2(" + std::string(bus) + ") returned " + std::to_string(rc);
     return c;
   }
   c.available = n.clock(d, 1, &c.sm_mhz) == 0 && n.clock(d, 2, &c.mem_mhz) == 0;
@@ -273,7 +295,9 @@ std::string describe(const GpuClocks& c) {
   std::snprintf(buf, sizeof buf,
                 "SM %u/%u MHz, memory %u/%u MHz (current/max), persistence %s, %u C, %.0f W",
                 c.sm_mhz, c.sm_max_mhz, c.mem_mhz, c.mem_max_mhz,
-                c.persistence == 1 ? "on" : c.persistence == 0 ? "off" : "unknown",
+                c.persistence == 1   ? "on"
+                : c.persistence == 0 ? "off"
+                                     : "unknown",
                 c.temperature_c, c.power_mw / 1000.0);
   return buf;
 }

@@ -143,7 +143,8 @@ double median(std::vector<double> v);
 template <class F>
 Timing measure(cudaStream_t stream, int reps, F&& enqueue, L2 l2 = L2::warm,
                bool with_latency = true) {
-  if (reps < 1) throw std::invalid_argument("measure: reps must be >= 1, got " + std::to_string(reps));
+  if (reps < 1)
+    throw std::invalid_argument("measure: reps must be >= 1, got " + std::to_string(reps));
   enqueue();  // warm-up: module loading, library heuristics, first-touch costs
   CUDA_CHECK(cudaStreamSynchronize(stream));
   std::vector<double> gpu, lat;
@@ -154,17 +155,29 @@ Timing measure(cudaStream_t stream, int reps, F&& enqueue, L2 l2 = L2::warm,
   return Timing{median(gpu), with_latency ? median(lat) : 0.0};
 }
 
+// The fixed GPU-side floor of gpu_time_ms, in milliseconds: the GPU time of an empty kernel (one
+// block of one thread) measured exactly as every other measurement is, under the hold, L2 warm;
+// the median of `reps` samples after one warm-up launch. The hold removes the host's launch
+// latency, not what the GPU's front end does between the two events: processing the event
+// records and dispatching the launch (2.8-2.9 us on the H200: 2.82 and 2.91 in two runs on
+// 2026-12-02). Every GPU time of a launch includes it once, so print it beside microsecond
+// results (a 6 us kernel is then perhaps 40% floor); subtracting it is an estimate, not a
+// measurement, since the front end overlaps part of it with real work. Blocks until the samples
+// finish. Throws std::invalid_argument if reps < 1 (before any CUDA call), CudaError if a launch
+// fails, and what gpu_time_ms throws.
+double gpu_time_floor_ms(cudaStream_t stream, int reps = 21);
+
 // The clocks and modes a run ran under, read through NVML (libnvidia-ml.so.1, loaded with
 // dlopen as common/driver_api loads libcuda, so binaries start on machines without a driver).
 // Read only: the course never sets clocks, power or persistence.
 struct GpuClocks {
   bool available = false;  // false: NVML could not be loaded or queried; `why` says why
   std::string why;
-  unsigned sm_mhz = 0, mem_mhz = 0;          // current SM and memory clocks, MHz
-  unsigned sm_max_mhz = 0, mem_max_mhz = 0;  // the maximum (boost) clocks, MHz
-  int persistence = -1;                      // 1 on, 0 off, -1 unknown
-  unsigned temperature_c = 0;                // GPU core temperature, degrees C
-  unsigned power_mw = 0;                     // board power draw, mW
+  unsigned sm_mhz = 0, mem_mhz = 0;            // current SM and memory clocks, MHz
+  unsigned sm_max_mhz = 0, mem_max_mhz = 0;    // the maximum (boost) clocks, MHz
+  int persistence = -1;                        // 1 on, 0 off, -1 unknown
+  unsigned temperature_c = 0;                  // GPU core temperature, degrees C
+  unsigned power_mw = 0;                       // board power draw, mW
   unsigned long long clock_event_reasons = 0;  // NVML's nvmlClocksEventReason* bit mask
 };
 

@@ -3,12 +3,16 @@
 #include "affine_warp.cuh"
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <utility>
 
 #include "common/cuda_check.hpp"
@@ -345,25 +349,108 @@ struct TableKey {
   }
 };
 
+// How many live CUDA graphs hold a slot. Shared with the graphs' user objects, whose release CUDA
+// runs on its own thread (hence atomic), possibly after the cache is gone (hence shared).
+using GraphCount = std::shared_ptr<std::atomic<int>>;
+
 struct TableSlot {
   bool filled = false;
   TableKey key;
-  int held = 0;                // live DeviceTables on this slot
-  std::uint64_t last_hit = 0;  // for least-recently-used replacement
+  int held = 0;                                               // live DeviceTables on this slot
+  GraphCount graphs = std::make_shared<std::atomic<int>>(0);  // live graphs that replay it
+  bool pinned_by_capture = false;         // ... and whether `pinned_capture` is one of them
+  unsigned long long pinned_capture = 0;  // the id of the last capture that pinned the slot
+  std::uint64_t last_hit = 0;             // for least-recently-used replacement
   course::DeviceBuffer<int2> device;
   course::PinnedBuffer<int2> staging;              // the copy engine reads the upload from here
   course::Event uploaded{cudaEventDisableTiming};  // after the copy out of `staging`
   course::Event used{cudaEventDisableTiming};      // after the last launch that read `device`
   bool upload_recorded = false, use_recorded = false;
   int device_ordinal = -1;  // where `device` was allocated
+
+  bool busy() const { return held > 0 || graphs->load(std::memory_order_acquire) > 0; }
 };
 
 // Enough for a 2048 x 2048 output without growing; growing reallocates (cudaMalloc blocks).
 constexpr std::size_t kMinTablePairs = 4096;
 
+// The state of `stream` for the cache: whether it captures, and if so into which graph (only
+// valid while Active). Throws CudaError (cudaErrorStreamCaptureImplicit for the legacy stream
+// while another blocking stream captures).
+struct CaptureState {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  unsigned long long id = 0;
+  cudaGraph_t graph = nullptr;
+};
+CaptureState capture_state(cudaStream_t stream) {
+  CaptureState c;
+  CUDA_CHECK(cudaStreamGetCaptureInfo(stream, &c.status, &c.id, &c.graph));
+  return c;
+}
+
+// The user object's destructor: CUDA calls it (on an internal thread, where no CUDA call is
+// allowed) once no graph holds the reference and their launches have finished.
+void unpin_from_graph(void* p) {
+  const GraphCount* count = static_cast<GraphCount*>(p);
+  (*count)->fetch_sub(1, std::memory_order_acq_rel);
+  delete count;
+}
+
+// Moves one reference to a new user object into `graph`: the slot stays busy until the graph
+// and every executable graph made or updated from it are destroyed and their launches done.
+// Once per capture per slot (a batch of 32 frames of one size pins its slot once).
+void pin_to_graph(TableSlot& s, const CaptureState& c) {
+  if (s.pinned_by_capture && s.pinned_capture == c.id) return;
+  auto* count = new GraphCount(s.graphs);
+  s.graphs->fetch_add(1, std::memory_order_acq_rel);
+  cudaUserObject_t object = nullptr;
+  const cudaError_t created =
+      cudaUserObjectCreate(&object, count, unpin_from_graph, 1, cudaUserObjectNoDestructorSync);
+  if (created != cudaSuccess) {
+    s.graphs->fetch_sub(1, std::memory_order_acq_rel);
+    delete count;
+    CUDA_CHECK(created);
+  }
+  const cudaError_t moved = cudaGraphRetainUserObject(c.graph, object, 1, cudaGraphUserObjectMove);
+  if (moved != cudaSuccess) {
+    cudaUserObjectRelease(object, 1);  // ours was the only reference: unpins
+    CUDA_CHECK(moved);
+  }
+  s.pinned_by_capture = true;
+  s.pinned_capture = c.id;
+}
+
 class TableCache {
  public:
+  TableCache() = default;
+  TableCache(const TableCache&) = delete;
+  TableCache& operator=(const TableCache&) = delete;
+
+  // At thread exit. A graph destroyed just before (lesson 09's workers destroy theirs, then end)
+  // drops its references on CUDA's thread a moment later: wait for that, up to 0.5 s. A slot a
+  // graph still holds after that keeps its memory (deliberately leaked): freeing it would let a
+  // replay read freed memory.
+  ~TableCache() {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(500);
+    for (TableSlot& s : slots_) {
+      while (s.graphs->load(std::memory_order_acquire) > 0 &&
+             std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::sleep_for(std::chrono::microseconds(100));
+      }
+      if (s.graphs->load(std::memory_order_acquire) > 0) {
+        new course::DeviceBuffer<int2>(std::move(s.device));   // never freed, on purpose
+        new course::PinnedBuffer<int2>(std::move(s.staging));  // the graph's copy node may read it
+      }
+    }
+  }
+
   TableSlot& slot(int i) { return slots_[i]; }
+
+  int graph_held() const noexcept {
+    int n = 0;
+    for (const TableSlot& s : slots_) n += s.graphs->load(std::memory_order_acquire) > 0;
+    return n;
+  }
 
   int acquire(const Affine2x3& inv, int dst_w, int dst_h, cudaStream_t stream) {
     TableKey key;
@@ -372,22 +459,33 @@ class TableCache {
     key.dst_w = dst_w;
     key.dst_h = dst_h;
     std::memcpy(key.m, inv.m, sizeof key.m);
+    const CaptureState capture = capture_state(stream);
     ++clock_;
     for (int i = 0; i < kTableCacheSlots; ++i) {
       TableSlot& s = slots_[i];
       if (s.filled && s.key == key) {
+        // A capture replays this table for the graph's whole life: pin it to the graph first.
+        // (An invalidated capture never becomes a graph: nothing to pin.)
+        if (capture.status == cudaStreamCaptureStatusActive) pin_to_graph(s, capture);
         ++s.held;
         s.last_hit = clock_;
         return i;
       }
     }
+    if (capture.status != cudaStreamCaptureStatusNone) {
+      throw std::logic_error(
+          "device_table: the stream is capturing a CUDA graph and this geometry's table is not "
+          "cached for it; a capture only finds tables (building one uploads it and may "
+          "allocate, which a capture must not record). Run the same launch once on this stream "
+          "before capturing");
+    }
     // A miss: build the table on the host (this validates), then refill the least recently used
-    // slot that nobody holds.
+    // slot that nobody holds: no DeviceTable, no graph.
     const WarpTable table = make_warp_table(inv, dst_w, dst_h, "device_table");
     int victim = -1;
     for (int i = 0; i < kTableCacheSlots; ++i) {
       const TableSlot& s = slots_[i];
-      if (s.held > 0) continue;
+      if (s.busy()) continue;
       if (!s.filled) {  // an empty slot first
         victim = i;
         break;
@@ -396,13 +494,16 @@ class TableCache {
     }
     if (victim < 0) {
       throw std::logic_error("device_table: all " + std::to_string(kTableCacheSlots) +
-                             " table slots of this thread are held; destroy DeviceTables after "
-                             "their launch");
+                             " table slots of this thread are held (by DeviceTables, or by CUDA "
+                             "graphs that replay them); destroy DeviceTables after their launch, "
+                             "and graphs you no longer replay");
     }
     TableSlot& s = slots_[victim];
     s.filled = false;  // until the upload is enqueued
     const std::size_t pairs = table.terms.size();
     // The host rewrites `staging`: the copy engine must be done reading its previous upload.
+    // (Both events were recorded outside any capture: the cache never records into one. A graph
+    // that replayed the slot is gone, and so are its launches: CUDA released the slot only then.)
     if (s.upload_recorded) s.uploaded.synchronize();
     // The device buffer: launches still reading the old table (on the old stream) come first.
     if (s.use_recorded) CUDA_CHECK(cudaStreamWaitEvent(stream, s.used, 0));
@@ -420,6 +521,7 @@ class TableCache {
     s.upload_recorded = true;
     s.key = key;
     s.filled = true;
+    s.pinned_by_capture = false;
     s.held = 1;
     s.last_hit = clock_;
     return victim;
@@ -427,9 +529,16 @@ class TableCache {
 
   void release(int i, cudaStream_t stream) noexcept {
     TableSlot& s = slots_[i];
-    // Errors are ignored (a destructor calls this); a failed record leaves a sticky error that
+    // Never into a capturing stream: the event would belong to the capture, and waiting on it
+    // later fails (cudaErrorCapturedEvent). A captured launch is covered by its graph's pin.
+    // If the query fails (the legacy stream while another stream captures), so did the launch.
+    // Other errors are ignored (a destructor calls this); a failed record leaves an error that
     // the next CUDA call reports.
-    if (cudaEventRecord(s.used, stream) == cudaSuccess) s.use_recorded = true;
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(stream, &status) == cudaSuccess &&
+        status == cudaStreamCaptureStatusNone && cudaEventRecord(s.used, stream) == cudaSuccess) {
+      s.use_recorded = true;
+    }
     --s.held;
   }
 
@@ -453,6 +562,10 @@ DeviceTable device_table(const Affine2x3& dst_to_src, int dst_w, int dst_h, cuda
   const int2* base = cache.slot(i).device.data();
   t.view_ = {base, base + dst_w};
   return t;
+}
+
+int tables_held_by_graphs() {
+  return thread_table_cache().graph_held();
 }
 
 DeviceTable::~DeviceTable() {

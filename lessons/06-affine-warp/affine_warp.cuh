@@ -335,6 +335,26 @@ class DeviceImage {
 // that reads it: the destructor records an event on its stream, and the memory is reused only
 // after the stream has passed that point, so kernels enqueued before never see it change.
 // Destroy it on the host thread that made it (the cache is per thread).
+//
+// CUDA graphs: a launch captured into a graph (stream capture, any mode) is replayed long after
+// its DeviceTable is gone, so an event cannot say when the table is free. device_table() on a
+// capturing stream therefore ties the table to the graph being captured instead: it moves a
+// reference to a CUDA user object into that graph (cudaGraphRetainUserObject; the Programming
+// Guide's "CUDA User Objects" pattern for a library's pooled resources). Every executable graph
+// instantiated from it, or updated from it with cudaGraphExecUpdate, holds the reference, and
+// the table stays in device memory, unchanged and never evicted, until the last of them is
+// destroyed (or updated from a graph without it) and its launches have finished. No event is
+// ever recorded into a capturing stream (an event recorded in a capture cannot be waited on
+// outside it: cudaErrorCapturedEvent). Rules for captures:
+//  - A capture only finds tables; it never builds one. The geometry must already be cached for
+//    that stream: run the same launch once on the stream before capturing (a miss uploads and
+//    may allocate, which a capture must not record). A miss while capturing throws
+//    std::logic_error, before anything is enqueued.
+//  - The tables were uploaded on the capture stream by that eager launch: launch the graph on
+//    that stream, or make its stream wait for it (an event recorded after the eager launch).
+//  - Destroy the graphs that replay a thread's tables before the thread ends: at thread exit
+//    the cache waits up to 0.5 s for their release (which CUDA runs on its own thread) and then
+//    leaves the memory of any table still held allocated rather than free it under a graph.
 class DeviceTable {
  public:
   DeviceTable() = default;
@@ -353,8 +373,9 @@ class DeviceTable {
   int slot_ = -1;
 };
 
-// How many tables each host thread keeps in device memory (at most that many DeviceTables may
-// live at once on one thread; a v4 launch holds kMaxFramesPerLaunch of them).
+// How many tables each host thread keeps in device memory. A slot is busy while a DeviceTable
+// holds it or a live CUDA graph replays it (see above): at most that many tables may be busy at
+// once on one thread; a v4 launch holds up to kMaxFramesPerLaunch of them.
 constexpr int kTableCacheSlots = 64;
 
 // The device copy of the tables of (dst_to_src, dst_w, dst_h) for work enqueued on `stream`.
@@ -363,10 +384,21 @@ constexpr int kTableCacheSlots = 64;
 // (make_warp_table, on the host) and uploaded (cudaMemcpyAsync from pinned memory, on `stream`)
 // once, and every later frame finds it. A new geometry never makes the host wait for kernels;
 // it waits only for a previous upload of the slot it reuses, and allocates (cudaMalloc, which
-// blocks) only the first time a slot needs more room. Throws std::invalid_argument as
-// make_warp_table does, std::logic_error if kTableCacheSlots tables are already held, CudaError
-// if an allocation or the copy fails.
+// blocks) only the first time a slot needs more room. A slot that a live graph replays is never
+// reused. If `stream` is capturing a graph, the table is found in the cache (never built) and
+// pinned to that graph (see DeviceTable). Throws std::invalid_argument as make_warp_table does;
+// std::logic_error if kTableCacheSlots tables are already busy, or if `stream` is capturing and
+// the table is not cached; CudaError if an allocation, the copy, the capture query or the
+// pinning fails (cudaErrorStreamCaptureImplicit: `stream` is the legacy default stream while
+// another stream captures).
 DeviceTable device_table(const Affine2x3& dst_to_src, int dst_w, int dst_h, cudaStream_t stream);
+
+// How many of the calling thread's cached tables live CUDA graphs still hold (pinned: never
+// evicted). A graph's references go when it and every executable graph made from it are
+// destroyed and their launches have finished; CUDA drops them on its own thread, shortly after
+// (asynchronously), so this count falls a moment later. For tests and diagnostics. Throws
+// CudaError only when this call is the thread's first use of the cache and creating it fails.
+int tables_held_by_graphs();
 
 // ------------------------------------------------------------------------ launchers (async)
 //

@@ -9,6 +9,7 @@
 #include <opencv2/imgproc.hpp>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <cstdint>
@@ -19,6 +20,7 @@
 #include <limits>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <unistd.h>
@@ -1050,6 +1052,152 @@ TEST_CASE("device_table: reuse, eviction and streams keep every frame right", "[
     held.pop_back();
     CHECK_NOTHROW(device_table(inv, 5, 5, nullptr));
   }
+}
+
+namespace {
+
+// An instantiated CUDA graph captured from `stream` (what lesson 08's GraphExec and lesson 09's
+// buffer sets hold; lesson 06 does not depend on them). ThreadLocal, as lesson 08 captures.
+struct CapturedGraph {
+  cudaGraphExec_t exec = nullptr;
+  CapturedGraph() = default;
+  CapturedGraph(const CapturedGraph&) = delete;
+  CapturedGraph& operator=(const CapturedGraph&) = delete;
+  ~CapturedGraph() {
+    if (exec != nullptr) cudaGraphExecDestroy(exec);
+  }
+  template <class F>
+  void capture(cudaStream_t stream, F&& enqueue) {
+    REQUIRE(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal) == cudaSuccess);
+    try {
+      enqueue();
+    } catch (...) {
+      cudaGraph_t partial = nullptr;
+      cudaStreamEndCapture(stream, &partial);
+      if (partial != nullptr) cudaGraphDestroy(partial);
+      throw;
+    }
+    cudaGraph_t graph = nullptr;
+    REQUIRE(cudaStreamEndCapture(stream, &graph) == cudaSuccess);
+    const cudaError_t instantiated = cudaGraphInstantiate(&exec, graph, 0);
+    cudaGraphDestroy(graph);  // the executable graph keeps its own references
+    REQUIRE(instantiated == cudaSuccess);
+  }
+  void launch(cudaStream_t stream) const { CUDA_CHECK(cudaGraphLaunch(exec, stream)); }
+};
+
+// tables_held_by_graphs() once it has fallen to `target`, or after 5 s: CUDA drops a destroyed
+// graph's references on its own thread, a moment after the graph's last launch has finished.
+int tables_held_by_graphs_after_release(int target) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  int n = tables_held_by_graphs();
+  while (n > target && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    n = tables_held_by_graphs();
+  }
+  return n;
+}
+
+}  // namespace
+
+// W1 of the review of lessons 09-11: a graph replays the tables of the launches it captured long
+// after their DeviceTables are gone. Without the pin, the cache's next misses would take those
+// slots (least recently used first) and rewrite the tables under the graph, or fail waiting on an
+// event recorded inside the capture (cudaErrorCapturedEvent).
+TEST_CASE("A CUDA graph keeps its warp tables: more misses than slots, then the replay is right",
+          "[gpu][table]") {
+  REQUIRE(tables_held_by_graphs_after_release(0) == 0);  // no graph of an earlier test left
+  // Four frames of three sizes (frames 0 and 2 share a geometry), into one 61x47 tensor.
+  const cv::Size sizes[] = {{200, 120}, {97, 131}, {200, 120}, {33, 17}};
+  std::vector<cv::Mat> host;
+  std::vector<DeviceImage> dev;
+  std::vector<ImageView> views;
+  for (const cv::Size& sz : sizes) {
+    host.push_back(random_image(sz.width, sz.height, 9100 + host.size()));
+    dev.push_back(upload(host.back()));
+  }
+  for (const DeviceImage& d : dev) views.push_back(d.view());
+  const int dw = 61, dh = 47;
+  const std::size_t frame = 3 * static_cast<std::size_t>(dw) * dh;
+  course::Stream stream, other;
+  course::DeviceBuffer<float> batch(views.size() * frame);
+  const auto letterbox = [&] { letterbox_v4_batched(views, batch.data(), dw, dh, {}, stream); };
+  letterbox();  // eagerly first: builds and uploads the tables (a capture only finds them)
+  stream.synchronize();
+  {
+    CapturedGraph graph;
+    graph.capture(stream, letterbox);
+    CHECK(tables_held_by_graphs() == 3);  // one per geometry, however many frames use it
+    // Garbage in the tensor (NaN bytes): only the replay can write the letterbox back.
+    CUDA_CHECK(cudaMemsetAsync(batch.data(), 0xff, batch.bytes(), stream));
+    // More new geometries than the cache has slots, on the graph's stream and on another: every
+    // slot the graph does not hold is taken and rewritten, some of them twice.
+    const cv::Mat small = random_image(29, 23, 9200);
+    const DeviceImage small_dev = upload(small);
+    const int misses = kTableCacheSlots + 8;
+    const auto size_of = [](int i) { return cv::Size(8 + i, 5 + (i * 5) % 29); };
+    std::vector<course::DeviceBuffer<float>> outs;
+    for (int i = 0; i < misses; ++i) {
+      const cv::Size sz = size_of(i);
+      outs.emplace_back(3 * static_cast<std::size_t>(sz.width) * sz.height);
+      letterbox_v2_fused(small_dev.view(), outs.back().data(), sz.width, sz.height, {},
+                         i % 2 ? stream : other);
+    }
+    CHECK(tables_held_by_graphs() == 3);
+    graph.launch(stream);
+    stream.synchronize();
+    other.synchronize();
+    CHECK(cudaGetLastError() == cudaSuccess);
+    const std::vector<float> got = course::to_host(batch);
+    for (std::size_t i = 0; i < views.size(); ++i) {
+      CAPTURE(i);
+      const std::vector<float> expected = letterbox_reference(view_of(host[i]), dw, dh);
+      CHECK(std::equal(expected.begin(), expected.end(), got.begin() + i * frame));
+    }
+    for (int i = 0; i < misses; ++i) {
+      CAPTURE(i);
+      const cv::Size sz = size_of(i);
+      CHECK(course::to_host(outs[i]) == letterbox_reference(view_of(small), sz.width, sz.height));
+    }
+  }
+  // The graph is destroyed and its launch finished: CUDA releases its tables, and every slot is
+  // the cache's again (all kTableCacheSlots can be held at once).
+  CHECK(tables_held_by_graphs_after_release(0) == 0);
+  const Affine2x3 inv = opencv_inverse(forward_matrix(53, 41, 64, 48));
+  std::vector<DeviceTable> held;
+  for (int i = 0; i < kTableCacheSlots; ++i) held.push_back(device_table(inv, 10 + i, 12, stream));
+  CHECK(held.size() == static_cast<std::size_t>(kTableCacheSlots));
+  held.clear();
+  stream.synchronize();
+  CHECK(cudaGetLastError() == cudaSuccess);
+}
+
+TEST_CASE("A table miss while the stream captures is refused; run the launch once before",
+          "[gpu][table]") {
+  const cv::Mat src = random_image(45, 31, 9300);
+  const DeviceImage d = upload(src);
+  const int dw = 37, dh = 29;  // a geometry no other test uses
+  course::Stream stream;
+  course::DeviceBuffer<float> out(3 * static_cast<std::size_t>(dw) * dh);
+  const auto letterbox = [&] { letterbox_v2_fused(d.view(), out.data(), dw, dh, {}, stream); };
+  REQUIRE(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal) == cudaSuccess);
+  CHECK_THROWS_WITH(letterbox(), Contains("Run the same launch once on this stream"));
+  cudaGraph_t empty = nullptr;
+  CHECK(cudaStreamEndCapture(stream, &empty) == cudaSuccess);  // refused before enqueuing
+  if (empty != nullptr) cudaGraphDestroy(empty);
+  CHECK(cudaGetLastError() == cudaSuccess);
+  // The documented order: once eagerly, then the capture finds the table.
+  letterbox();
+  stream.synchronize();
+  {
+    CapturedGraph graph;
+    graph.capture(stream, letterbox);
+    CUDA_CHECK(cudaMemsetAsync(out.data(), 0xff, out.bytes(), stream));
+    graph.launch(stream);
+    stream.synchronize();
+    CHECK(course::to_host(out) == letterbox_reference(view_of(src), dw, dh));
+  }
+  CHECK(tables_held_by_graphs_after_release(0) == 0);  // leaves every slot to the next test
 }
 
 TEST_CASE("letterbox_fp16 writes v2's values rounded to half", "[gpu][ex4]") {

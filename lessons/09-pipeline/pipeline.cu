@@ -557,9 +557,13 @@ class Worker {
   // sizes: capture again and update it in place (cudaGraphExecUpdate), or re-instantiate if
   // the update is refused. `serving`: called while other workers run, so hold
   // legacy_work_mutex (the warm-up already holds it) and run the sequence once eagerly first:
-  // the first enqueue for a new geometry allocates (lesson 06's warp-table cache), and no
-  // allocation is permitted while a stream captures (cudaErrorStreamCaptureUnsupported, seen on
-  // the H200). The warm-up has just run it.
+  // the first enqueue for a new geometry uploads its warp table and may allocate (lesson 06's
+  // table cache), no allocation is permitted while a stream captures
+  // (cudaErrorStreamCaptureUnsupported, seen on the H200), and the cache refuses a miss while
+  // capturing (std::logic_error). The warm-up has just run it. The capture pins the tables it
+  // finds to the graph (lesson 06, DeviceTable): they stay cached while any graph replays them,
+  // whatever other geometries this worker sees, which is why the graphs are destroyed on this
+  // thread before it ends, and launched on the stream that uploaded the tables (compute_).
   void capture(BufferSet& set, const std::vector<FrameSize>& sizes, bool serving) {
     NvtxRange range("graph capture");
     const int b = static_cast<int>(sizes.size());
