@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/cuda_check.hpp"
@@ -401,6 +402,68 @@ TEST_CASE("Exercise 3: occupancy by hand, worked examples on an H200", "[ex3][oc
       CAPTURE(field);
       CHECK_THROWS_AS(occupancy_by_hand(bad, resources(16, 0, 49152), 256), std::invalid_argument);
     }
+  }
+}
+
+namespace {
+// Dynamic shared memory sizes at which rounding up to the allocation unit costs a block: for k
+// blocks, the largest per-block size that still fits k is smem_per_sm / k; when that is not a
+// multiple of the unit, it rounds up past smem_per_sm / k and only k - 1 (or fewer) fit. A
+// solution that divides smem_per_sm by the unrounded size (static + dynamic + reserved) answers
+// k there. Each case: {k, dynamic bytes}, with the reserve and the static bytes taken off.
+std::vector<std::pair<int, std::size_t>> smem_rounding_cases(const SmLimits& sm, int static_smem,
+                                                             int max_dynamic) {
+  std::vector<std::pair<int, std::size_t>> cases;
+  for (int k = 2; k <= sm.max_blocks_per_sm; ++k) {
+    const int per_block = sm.smem_per_sm / k;  // static + dynamic + reserved
+    if (per_block % sm.smem_alloc_unit == 0) continue;
+    const int dynamic = per_block - sm.reserved_smem_per_block - static_smem;
+    if (dynamic < 0 || dynamic > max_dynamic) continue;
+    cases.emplace_back(k, static_cast<std::size_t>(dynamic));
+  }
+  return cases;
+}
+}  // namespace
+
+TEST_CASE("Exercise 3: shared memory per block is rounded up to the allocation unit",
+          "[ex3][occupancy]") {
+  SECTION("an H200 worked example: 22276 B dynamic + 1 KiB reserved -> 23424 B, 9 blocks") {
+    const SmLimits h200 = limits_of(kGpus[4]);
+    // 22276 + 1024 = 23300 B, rounded up to 128 B: 23424. 233472 / 23424 = 9.97 -> 9 blocks;
+    // without the rounding 233472 / 23300 = 10.02 -> 10, and without the reserve 22400 -> 10.
+    const KernelResources k = resources(16, 0, 49152);
+    const auto e = occupancy_by_hand(h200, k, 64, 22276);
+    CHECK(e.by_shared_memory == 9);
+    CHECK(e.blocks_per_sm == 9);
+    CHECK(std::string(e.limiter) == "shared memory");
+    CHECK(e.blocks_per_sm == occ_reference(kGpus[4], k, 64, 22276));
+    // 128 B less dynamic shared memory (23172 -> 23296 B) and 10 blocks fit again.
+    CHECK(occupancy_by_hand(h200, k, 64, 22276 - 128).blocks_per_sm == 10);
+  }
+  SECTION("static + dynamic + reserved round up together, on Turing (256 B) to Hopper (128 B)") {
+    int cases = 0;
+    for (const auto& gpu : kGpus) {
+      const SmLimits sm = limits_of(gpu);
+      for (int static_smem : {0, 100}) {
+        // Opted in to the device's maximum, so the sizes of the few-block cases are allowed too.
+        const KernelResources k = resources(16, static_smem, gpu.smem_optin - static_smem);
+        for (const auto& [blocks, dynamic] :
+             smem_rounding_cases(sm, static_smem, gpu.smem_optin - static_smem)) {
+          INFO(gpu.name << ": " << static_smem << " B static + " << dynamic
+                        << " B dynamic + reserve: " << blocks << " blocks before rounding");
+          const int unit = sm.smem_alloc_unit;
+          const int rounded =
+              (static_smem + static_cast<int>(dynamic) + sm.reserved_smem_per_block + unit - 1) /
+              unit * unit;
+          const auto e = occupancy_by_hand(sm, k, 32, dynamic);
+          CHECK(e.by_shared_memory == sm.smem_per_sm / rounded);
+          CHECK(e.by_shared_memory < blocks);  // the rounding costs at least one block
+          CHECK(e.blocks_per_sm == occ_reference(gpu, k, 32, dynamic));
+          ++cases;
+        }
+      }
+    }
+    CHECK(cases >= 50);  // not vacuous
   }
 }
 

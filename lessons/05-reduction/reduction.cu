@@ -18,6 +18,7 @@
 // Time them all against cub::DeviceReduce::Sum: `make bench LESSON=05`.
 // v3, v5 (one pass each), the float4 split of v6/v7 and the row softmax are the exercises: their
 // solutions are in solutions.cuh (included at the end of this file), their stubs in exercise.cu.
+// v4 builds on v3's tree, the answer to exercise 1, so that tree is in solutions.cuh too.
 //
 // Versions 1-5 follow Mark Harris, "Optimizing Parallel Reduction in CUDA" (NVIDIA, 2007), with
 // the pre-Volta `volatile` warp-synchronous tail replaced by warp shuffles. They reduce one tile
@@ -108,11 +109,18 @@ __global__ void reduce_v2_interleaved_bank_conflicts(const float* __restrict__ i
 }
 
 // v3: sequential addressing, thread t adds partial[t + stride] into partial[t] with the stride
-// halving from 128: a warp reads 32 consecutive words, one per bank. Exercise 1: the kernel
-// and reduce_pass_v3_sequential_addressing are at the end of this file.
+// halving from 128: a warp reads 32 consecutive words, one per bank. Exercise 1: the kernel and
+// reduce_pass_v3_sequential_addressing are in exercise.cu (yours) and solutions.cuh.
+
+// v3's tree over partial[0 .. kBlockThreads), which every thread of the block calls once the
+// partial sums are in place and visible (after a __syncthreads()); it leaves the block's total
+// in partial[0]. It is the answer to exercise 1, so its body is in solutions.cuh, which is
+// included at the end of this file in both builds (try the exercise before you read it).
+__device__ __forceinline__ void tree_sequential_addressing(float* partial);
 
 // v4: in v3 half of the threads only load and never add. Let each thread add two elements,
 // kBlockThreads apart (both loads coalesced), while loading: half the blocks for the same n.
+// Then v3's tree.
 __global__ void reduce_v4_first_add_during_load(const float* __restrict__ in, std::size_t n,
                                                 float* block_sums) {
   __shared__ float partial[kBlockThreads];
@@ -122,19 +130,16 @@ __global__ void reduce_v4_first_add_during_load(const float* __restrict__ in, st
   if (i + kBlockThreads < n) v += in[i + kBlockThreads];
   partial[t] = v;
   __syncthreads();
-  for (unsigned stride = kBlockThreads / 2; stride > 0; stride /= 2) {
-    if (t < stride) partial[t] += partial[t + stride];
-    __syncthreads();
-  }
+  tree_sequential_addressing(partial);
   if (t == 0) block_sums[blockIdx.x] = partial[0];
 }
 
 // v5: once 64 values are left, one warp finishes in registers with __shfl_down_sync: no
 // shared-memory round trips, no __syncthreads. Exercise 2: the kernel and its pass launcher
-// are at the end of this file. (Harris' 2007 version unrolled the last warp on a `volatile`
-// shared array and no barrier, relying on the 32 lanes running in lockstep. Since Volta,
-// independent thread scheduling lets lanes of a warp run apart, so that code races; the _sync
-// shuffles name the lanes that must meet: "Warp Shuffle Functions", "Independent Thread
+// are in exercise.cu (yours) and solutions.cuh. (Harris' 2007 version unrolled the last warp on
+// a `volatile` shared array and no barrier, relying on the 32 lanes running in lockstep. Since
+// Volta, independent thread scheduling lets lanes of a warp run apart, so that code races; the
+// _sync shuffles name the lanes that must meet: "Warp Shuffle Functions", "Independent Thread
 // Scheduling".)
 
 // ------------------------------------------------------------------------------------------
@@ -369,7 +374,7 @@ struct MomentsOp {
   __device__ T combine(T a, T b) const { return moments_merge(a, b); }
 };
 
-// Row softmax (exercise 4) is at the end of this file.
+// Row softmax (exercise 4): in exercise.cu (yours) and solutions.cuh.
 
 // ------------------------------------------------------------------------------------------
 // Test data.
@@ -603,8 +608,7 @@ void fill_uniform(float* out, std::size_t n, std::uint32_t seed, float lo, float
 
 }  // namespace reduction
 
-// The exercise solutions (solutions.cuh): compiled here, in this translation unit, by the
-// lesson build only; the exercise build takes exercise.cu instead. Try the exercises first.
-#ifndef LESSON_EXERCISE_BUILD
+// solutions.cuh, compiled here, in this translation unit: in both builds v3's tree, which v4 above
+// calls; in the lesson build only, the exercise solutions (the exercise build defines
+// LESSON_EXERCISE_BUILD and takes exercise.cu instead). Try the exercises first.
 #include "solutions.cuh"
-#endif

@@ -1,19 +1,40 @@
 // Lesson 05: the exercise solutions. Read them after you have tried.
 //
-// Not compiled on its own: reduction.cu includes this file at its end, in the lesson build only, so
-// the solutions share its translation unit (its helpers, and the kernels that call them).
-// The exercise build (make check LESSON=05) compiles reduction.cu with LESSON_EXERCISE_BUILD
-// defined, which leaves this file out, and exercise.cu supplies the same functions instead.
+// Not compiled on its own: reduction.cu includes this file at its end, so the solutions share its
+// translation unit (its helpers, and the kernels that call them). The first part, v3's tree, is
+// compiled in both builds: v4 in reduction.cu calls it. The rest is compiled by the lesson build
+// only: the exercise build (make check LESSON=05) compiles reduction.cu with
+// LESSON_EXERCISE_BUILD defined, which leaves it out, and exercise.cu supplies the same functions.
 #pragma once
 
 namespace reduction {
 
 namespace {
 
-// Exercise 1. v3: sequential addressing. Thread t adds partial[t + stride] into partial[t],
-// the stride halving from kBlockThreads/2: at every step the active threads are 0..stride-1
-// (whole warps, no divergence until stride < 32) and a warp touches 32 consecutive words, one
-// per bank (no conflicts).
+// Exercise 1's tree, sequential addressing (declared in reduction.cu, where v4 calls it). Thread
+// t adds partial[t + stride] into partial[t], the stride halving from kBlockThreads/2: at every
+// step the active threads are 0..stride-1 (whole warps, no divergence until stride < 32) and a
+// warp touches 32 consecutive words, one per bank (no conflicts). The barrier is outside the
+// `if`: every thread of the block reaches it.
+__device__ __forceinline__ void tree_sequential_addressing(float* partial) {
+  const unsigned t = threadIdx.x;
+  for (unsigned stride = kBlockThreads / 2; stride > 0; stride /= 2) {
+    if (t < stride) partial[t] += partial[t + stride];
+    __syncthreads();
+  }
+}
+
+}  // namespace
+
+}  // namespace reduction
+
+#ifndef LESSON_EXERCISE_BUILD
+
+namespace reduction {
+
+namespace {
+
+// Exercise 1. v3: v1's load, then the sequential-addressing tree above.
 __global__ void reduce_v3_sequential_addressing(const float* __restrict__ in, std::size_t n,
                                                 float* block_sums) {
   __shared__ float partial[kBlockThreads];
@@ -21,10 +42,7 @@ __global__ void reduce_v3_sequential_addressing(const float* __restrict__ in, st
   const std::size_t i = blockIdx.x * std::size_t{kBlockThreads} + t;
   partial[t] = i < n ? in[i] : 0.0f;
   __syncthreads();
-  for (unsigned stride = kBlockThreads / 2; stride > 0; stride /= 2) {
-    if (t < stride) partial[t] += partial[t + stride];
-    __syncthreads();
-  }
+  tree_sequential_addressing(partial);
   if (t == 0) block_sums[blockIdx.x] = partial[0];
 }
 
@@ -117,3 +135,5 @@ void softmax_rows_warp_per_row(const float* in, float* out, std::size_t rows, st
 }
 
 }  // namespace reduction
+
+#endif  // LESSON_EXERCISE_BUILD

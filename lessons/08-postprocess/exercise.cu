@@ -3,16 +3,17 @@
 // until every test passes (one exercise at a time:
 //   build/lessons/08-postprocess/lesson08_exercise_tests "[ex2]").
 //
-// What each function must do is documented where it is declared, in postprocess.cuh; README.md
-// has hints. The solutions are in solutions.cuh: try first.
+// Each stub's comment is its contract (postprocess.cuh declares the functions, with the same
+// contracts); README.md has folded hints. The solutions are in solutions.cuh: try first. No test
+// checks the text of an exception in these exercises, only its type.
 //
 // Helpers you may call: mul_rn, is_finite, unletterbox_box, kMaxTopK (postprocess.cuh),
 // CUDA_CHECK_LAUNCH (common/cuda_check.hpp). postprocess.cu's kFullMask and kWarpSize are
 // private to it: define your own here (0xffffffffu and 32) if exercise 4 needs them.
 //
-// Exercises 1-3 are __host__ __device__ functions: the CPU tests call them directly, and the
-// kernels in postprocess.cu call them on the GPU (in this build, postprocess.cu is compiled with
-// relocatable device code so that its kernels can call functions defined in this file). A
+// Exercises 1-3 and 5 are __host__ __device__ functions: the CPU tests call them directly, and
+// the kernels in postprocess.cu call them on the GPU (in this build, postprocess.cu is compiled
+// with relocatable device code so that its kernels can call functions defined in this file). A
 // device function cannot throw, so these stubs fail by returning wrong answers.
 #include <stdexcept>
 
@@ -22,14 +23,14 @@
 namespace lesson08 {
 
 // ---------------------------------------------------------------------------- exercise 1
-// IoU of two boxes in continuous coordinates: intersection / (area_a + area_b - intersection).
-// Hints:
-// - The intersection's width is min(x2) - max(x1), but never below zero (disjoint boxes).
-// - No "+1": a box from x1 = 0 to x2 = 2 is 2 wide.
-// - A union of zero area gives 0 (not NaN).
-// - Write the products with mul_rn(a, b), not a * b: on the GPU nvcc would otherwise fuse
-//   `area_a + area_b` with a product into an FMA, the GPU would round differently from the CPU,
-//   and the GPU == CPU tests would find the one pair in a million that lands on the threshold.
+// [ex1] Intersection over union of two boxes (x1, y1, x2, y2) in continuous coordinates:
+// intersection area / (area_a + area_b - intersection area), with no "+1" (a box from x1 = 0 to
+// x2 = 2 is 2 wide). Disjoint or merely touching boxes give 0; a union of zero area (two
+// degenerate boxes) gives 0, not NaN. Symmetric to the bit: iou(a, b) == iou(b, a).
+// Host and device must give the same bits: every product through mul_rn (postprocess.cuh),
+// never a plain a * b, which nvcc may fuse with an addition into one FMA on the device.
+// Tests: hand-computed cases, symmetry and a double-precision IoU on random boxes (CPU); the
+// CPU NMS against a double-precision NMS; GPU == CPU bit for bit on 100,000 pairs (GPU).
 __host__ __device__ float iou(const Box& a, const Box& b) {
   (void)a;
   (void)b;
@@ -37,19 +38,27 @@ __host__ __device__ float iou(const Box& a, const Box& b) {
 }
 
 // ---------------------------------------------------------------------------- exercise 2
-// Decode candidate i: confidence filter, argmax over classes, centre/size to corners, letterbox
-// inverse (unletterbox_box, in letterbox_map.cuh).
-// Hints:
-// - yolov5: row i starts at output + i * (5 + C): cx, cy, w, h, objectness, C class scores.
-//   Test the objectness against the threshold first (return false early), then take the best
-//   class; score = mul_rn(objectness, best class score).
-// - yolov8: attribute k of candidate i is at output[k * N + i]; the class scores are attributes
-//   4 .. 4 + C - 1; score = the best class score.
-// - "Best" with a strict >, scanning classes upwards: the lower class wins a tie. A NaN class
-//   score never wins, in any position: a NaN best-so-far is replaced by the next class.
-// - Kept when score > conf_threshold (strictly), and rejected when the score or any of cx, cy,
-//   w, h is NaN or +-inf: test them with is_finite (postprocess.cuh).
-// - Corners: cx -/+ w/2 (write w/2 as mul_rn(0.5f, w)), then unletterbox_box(box, lb).
+// [ex2] Decode candidate i (0 <= i < N = spec.num_candidates, C = spec.num_classes) of a
+// detector output, a dense float tensor in one of two layouts:
+//   yolov5  N rows of 5 + C: cx, cy, w, h, objectness, C class scores (row i from i * (5 + C));
+//   yolov8  4 + C rows of N: cx, cy, w, h, C class scores, attribute k of candidate i at
+//           output[k * N + i].
+// Returns whether the candidate is kept, and then fills *out:
+//   class_id  the best class score's class: on a tie the lower class; a NaN class score never
+//             wins, wherever it sits;
+//   score     objectness x best class score, through mul_rn (yolov5); the best class score
+//             (yolov8);
+//   box       corners (cx - w/2, cy - h/2, cx + w/2, cy + h/2) in network-input pixels, mapped
+//             to the source image with unletterbox_box(box, lb);
+//   index     i.
+// Kept when score > conf_threshold (strictly) and the score and cx, cy, w, h are all finite
+// (no NaN, no +-inf). yolov5: when objectness <= conf_threshold the candidate is rejected without
+// reading its class scores. Preconditions, not checked: C >= 1, the tensor complete, lb from
+// make_letterbox, out non-null; *out is not needed when it returns false.
+// Tests: YOLOv5 rows and YOLOv8 columns by hand, the strict threshold, NaN and infinite boxes
+// and scores, NaN class scores in every position, tied classes, a double-precision decode of
+// generated outputs, and the generator's ground truth coming back (CPU, and the GPU pipeline
+// against the CPU reference).
 __host__ __device__ bool decode_candidate(const float* output, const OutputSpec& spec, int i,
                                           float conf_threshold, const Letterbox& lb,
                                           Detection* out) {
@@ -63,12 +72,15 @@ __host__ __device__ bool decode_candidate(const float* output, const OutputSpec&
 }
 
 // ---------------------------------------------------------------------------- exercise 3
-// One 64-bit word of the NMS v2 mask: bit k says "box `row` suppresses box col_start + k".
-// Hints:
-// - Only a box that comes earlier in score order suppresses: col_start + k > row.
-// - Class-aware: only boxes of the same class (unless class_agnostic).
-// - IoU strictly greater than the threshold.
-// - Shift a 64-bit one: std::uint64_t{1} << k (1 << k is an int: undefined for k >= 31).
+// [ex3] One 64-bit word of the NMS v2 mask. Boxes are in score order; row_box is the box at
+// position `row`, cols[0 .. col_count) the boxes at positions col_start .. col_start +
+// col_count - 1 (col_count <= 64). Bit k of the result is set when row_box suppresses cols[k]:
+//   col_start + k > row (only a box earlier in score order suppresses), and
+//   the two have the same class_id (unless class_agnostic), and
+//   iou(row_box.box, cols[k].box) > iou_threshold (strictly).
+// Bits k >= col_count are 0.
+// Tests: bits against a double-precision IoU on tile pairs; class-aware, only later boxes,
+// strictly above the threshold (CPU); GPU NMS against the CPU reference (GPU).
 __host__ __device__ std::uint64_t nms_mask_word(const Detection& row_box, int row,
                                                 const Detection* cols, int col_start, int col_count,
                                                 float iou_threshold, bool class_agnostic) {
@@ -83,15 +95,15 @@ __host__ __device__ std::uint64_t nms_mask_word(const Detection& row_box, int ro
 }
 
 // ---------------------------------------------------------------------------- exercise 4
-// Top-k of each row, on the GPU: write the kernel here and launch it from topk_rows.
-// Hints:
-// - One block per row. A simple plan: k rounds; in each, a block-wide argmax over the row, where
-//   "larger" means (value desc, index asc) and only elements ranked after the previous round's
-//   pick take part (so you never modify the input).
-// - Block argmax: __shfl_xor_sync within each warp (value AND index), then one value per warp in
-//   shared memory, then combine them; __syncthreads between rounds.
-// - Validate first: rows >= 0, cols >= 1, 1 <= k <= min(cols, kMaxTopK), else
-//   std::invalid_argument. rows == 0 launches nothing. CUDA_CHECK_LAUNCH() after the launch.
+// [ex4] The k largest values of each row of `values`, a rows x cols row-major matrix in device
+// memory (no NaN), on the GPU: write the kernel here and launch it from topk_rows.
+// Out: top_values and top_indices (device, rows x k): row r's k best values and their column
+//      indices, in order: value descending, the lower index first on ties. `values` is left
+//      unchanged. Enqueued on `stream` (asynchronous); rows == 0 launches nothing.
+// Errors: unless rows >= 0, cols >= 1 and 1 <= k <= min(cols, kMaxTopK):
+//      std::invalid_argument, before any CUDA call; CudaError if the launch fails.
+// Tests: the errors (CPU); against std::partial_sort with ties, and softmax then top-k as a
+// classification head (GPU); on a GPU `make check` runs it under racecheck and synccheck too.
 void topk_rows(const float* values, int rows, int cols, int k, float* top_values, int* top_indices,
                cudaStream_t stream) {
   (void)values;
@@ -105,14 +117,17 @@ void topk_rows(const float* values, int rows, int cols, int k, float* top_values
 }
 
 // ---------------------------------------------------------------------------- exercise 5
-// Where image b's part of each batch buffer starts (postprocess.cuh lists the five buffers and
-// their per-image sizes). The batched kernels take every image's pointers from this function.
-// Hints:
-// - Image b's tensor starts after b whole tensors: b x N x attributes floats (attributes() is
-//   5 + C or 4 + C, whichever the layout has).
-// - Each buffer's offset is b times that buffer's per-image size; the mask's per-image size is
-//   capacity x mask_stride words.
-// - Compute in std::size_t: B x N x attributes overflows an int for a batch of YOLOv5 outputs.
+// [ex5] Where image b's part of each batch buffer starts, in elements (not bytes). The batch
+// buffers hold their images one after the other, with these sizes per image:
+//   output      the tensor:       N x image.attributes() floats (attributes: 5 + C or 4 + C)
+//   keys        dense keys:       N
+//   candidates  candidate slots:  capacity
+//   mask        NMS mask:         capacity x mask_stride words
+//   detections  results:          max_detections
+// b >= 0; nothing is checked. The batched kernels take every image's pointers from this, so a
+// wrong offset is the "only image 0 is right" bug (which the stub has).
+// Tests: hand-computed offsets, and sizes whose products overflow 32 bits (40,000 images of
+// 65,536 slots x 1024 words) (CPU); the batched GPU pipeline image by image (GPU).
 __host__ __device__ SliceOffsets slice_offsets(const OutputSpec& image, int b, int capacity,
                                                int mask_stride, int max_detections) {
   (void)image;

@@ -351,7 +351,8 @@ TEST_CASE("iou on the GPU equals iou on the CPU, bit for bit", "[gpu][ex1]") {
   // the CPU rounds twice, and some of these pairs differ in the last bit. The NMS tests would
   // see that only for a pair that lands on the threshold.
   std::mt19937 rng(1234);
-  std::uniform_real_distribution<float> corner(0.0f, 600.0f), size(1.0f, 80.0f), shift(-20.0f, 20.0f);
+  std::uniform_real_distribution<float> corner(0.0f, 600.0f), size(1.0f, 80.0f),
+      shift(-20.0f, 20.0f);
   std::vector<Box> a, b;
   for (int i = 0; i < 100000; ++i) {
     const float x = corner(rng), y = corner(rng), w = size(rng), h = size(rng);
@@ -479,6 +480,31 @@ TEST_CASE("decode_candidate: a NaN class score never wins, wherever it sits", "[
   }
   Detection d{};
   CHECK_FALSE(decode_candidate(t.data.data(), t.spec, 3, 0.25f, identity_letterbox(), &d));
+}
+
+TEST_CASE("decode_candidate: tied best class scores go to the lower class, in both layouts",
+          "[ex2]") {
+  // The decided rule (postprocess.cuh): argmax with the lower class on a tie, as torch.max and
+  // numpy.argmax return the first maximum. A scan with >= instead of > keeps the last of the
+  // tied classes; so does a scan downwards with >.
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const Layout layout = GENERATE(Layout::yolov5, Layout::yolov8);
+  HandTensor t(layout, 6, 5);
+  t.set(0, 100, 100, 10, 10, 0.5f, {0.8f, 0.8f, 0.3f, 0.1f, 0.2f});  // tie at the front
+  t.set(1, 100, 100, 10, 10, 0.5f, {0.3f, 0.1f, 0.2f, 0.8f, 0.8f});  // tie at the back
+  t.set(2, 100, 100, 10, 10, 0.5f, {0.6f, 0.9f, 0.2f, 0.9f, 0.9f});  // three-way, apart
+  t.set(3, 100, 100, 10, 10, 0.5f, {0.7f, 0.7f, 0.7f, 0.7f, 0.7f});  // all equal
+  t.set(4, 100, 100, 10, 10, 0.5f, {nan, 0.8f, 0.8f, 0.1f, 0.2f});   // a NaN, then a tie
+  t.set(5, 100, 100, 10, 10, 0.5f, {0.8f, nan, 0.8f, 0.1f, 0.8f});   // a NaN inside the tie
+  const int expected_class[6] = {0, 3, 1, 0, 1, 0};
+  const float expected_best[6] = {0.8f, 0.8f, 0.9f, 0.7f, 0.8f, 0.8f};
+  for (int i = 0; i < 6; ++i) {
+    CAPTURE(to_string(layout), i);
+    Detection d{};
+    REQUIRE(decode_candidate(t.data.data(), t.spec, i, 0.25f, identity_letterbox(), &d));
+    CHECK(d.class_id == expected_class[i]);
+    CHECK(d.score == (layout == Layout::yolov5 ? 0.5f * expected_best[i] : expected_best[i]));
+  }
 }
 
 TEST_CASE("decode_candidate agrees with a double-precision decode on generated outputs", "[ex2]") {
@@ -1027,6 +1053,25 @@ TEST_CASE("GPU: a tensor of the wrong size is rejected", "[gpu]") {
   CHECK_THROWS_WITH(post.enqueue(nullptr, 800, stream), Contains("null"));
   CHECK_THROWS_AS(post.launch_graph(stream), std::logic_error);
 }
+
+// ============================================================= GraphExec: a failed capture
+
+namespace {
+// After a capture that failed: the stream is no longer capturing, no error is left for the next
+// CUDA_CHECK_LAUNCH (cudaGetLastError) to report, and work launched on it runs. Two equal logits
+// have the softmax {0.5, 0.5} exactly.
+void check_stream_usable(cudaStream_t stream) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusActive;
+  REQUIRE(cudaStreamIsCapturing(stream, &status) == cudaSuccess);
+  CHECK(status == cudaStreamCaptureStatusNone);
+  CHECK(cudaPeekAtLastError() == cudaSuccess);
+  const course::DeviceBuffer<float> logits = course::to_device(std::vector<float>{3.0f, 3.0f});
+  course::DeviceBuffer<float> probs(2);
+  softmax_rows(logits.data(), probs.data(), 1, 2, stream);  // launch + CUDA_CHECK_LAUNCH
+  REQUIRE(cudaStreamSynchronize(stream) == cudaSuccess);
+  CHECK(course::to_host(probs) == std::vector<float>{0.5f, 0.5f});
+}
+}  // namespace
 
 // ===================================================================== classification head
 

@@ -182,7 +182,8 @@ void release_after_copy(SlotRing& ring, const std::vector<int>& slots, cudaEvent
 // allocates on GPU 0 and its stream and buffers fail with "invalid resource handle" or worse.
 // cudaSetDevice(device), then confirm with cudaGetDevice. Throws std::invalid_argument for a
 // negative ordinal (before any CUDA call; its message contains ">= 0", which the test checks),
-// course::CudaError if the runtime refuses.
+// course::CudaError if the runtime refuses: an ordinal past the last device reaches
+// cudaSetDevice, whose cudaErrorInvalidDevice is the CudaError's code() (the test checks it).
 void bind_worker_device(int device);
 
 // ------------------------------------------------------------------------------ configuration
