@@ -3,9 +3,11 @@
 
   make bench                                   # on the GPU: writes build/bench/lessonNN.json
   tools/bench_report.py build/bench            # rewrites docs/benchmarks.md, the charts, and the
-                                               # tables under each README's H200-BENCH marker
+                                               # tables under each lesson's H200-BENCH marker (in
+                                               # its README.md, or its RESULTS.md where the full
+                                               # outputs moved: readme_insert.py looks in both)
 
-Which benchmarks and counters each lesson shows is decided here (LESSONS), once, so the README
+Which benchmarks and counters each lesson shows is decided here (LESSONS), once, so the lessons'
 tables and docs/benchmarks.md cannot disagree. Needs matplotlib for the charts.
 """
 import argparse
@@ -200,14 +202,16 @@ def lesson_block(lesson, context, rows, chart_prefix):
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("json_dir", help="folder with lessonNN.json (make bench writes build/bench)")
-    p.add_argument("--no-readmes", action="store_true", help="leave the lesson READMEs alone")
+    p.add_argument("--no-readmes", action="store_true",
+                   help="leave the lessons' READMEs and RESULTS.md alone")
     a = p.parse_args()
     doc = ["# Benchmarks", "",
            "Every lesson's benchmark from one `make bench` run, with the library baseline and the "
            "hardware ceiling beside each figure. Regenerate everything here (tables, charts, and the "
-           "tables in the lesson READMEs) from your own run with:", "",
+           "tables in the lessons' READMEs or, for lessons whose figures moved there, their "
+           "RESULTS.md) from your own run with:", "",
            "```bash", "make bench                        # on your GPU; writes build/bench/lessonNN.json",
-           "tools/bench_report.py build/bench  # rewrites this page, the charts and the README tables",
+           "tools/bench_report.py build/bench  # rewrites this page, the charts and the lessons' tables",
            "```", "",
            "Times are GPU time (CUDA events behind a blocking kernel: launch latency excluded, see "
            "`common/timing.hpp`) unless a row says *end to end* (host call to completion); "
