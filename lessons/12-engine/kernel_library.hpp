@@ -50,7 +50,7 @@ class KernelLibrary {
   // programmatic: launch with CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION through
   // cuLaunchKernelEx (programmatic dependent launch: the kernel may start before the previous
   // kernel in the stream has finished, and must wait for it itself; engine_kernels.cu's
-  // pdl_prologue does). Only for kernels written for it; a stream capture records it as a
+  // pdl_wait does). Only for kernels written for it; a stream capture records it as a
   // programmatic edge of the graph.
   template <class Args>
   void launch(const std::string& symbol, dim3 grid, dim3 block, std::size_t dynamic_smem,

@@ -135,7 +135,7 @@ struct ExecutionContext::Impl {
   bool graph_valid = false;
   int graph_captures = 0;
   bool uses_cudnn = false;
-  bool programmatic = false;  // programmatic dependent launch between consecutive ops
+  bool programmatic = false;  // PDL between consecutive ops: off unless asked for (engine.hpp)
 };
 
 ExecutionContext::ExecutionContext(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -151,8 +151,6 @@ std::unique_ptr<ExecutionContext> Engine::create_execution_context() const {
     impl->workspace = course::DeviceBuffer<std::uint8_t>(impl_->plan.workspace_bytes);
   }
   impl->batch = impl_->plan.profile.opt_batch;
-  // Programmatic dependent launch: off unless asked for (set_programmatic_launch says why).
-  impl->programmatic = false;
   return std::unique_ptr<ExecutionContext>(new ExecutionContext(std::move(impl)));
 }
 
