@@ -11,6 +11,8 @@
 //                                the src-size operand), a 3-stage ring, ldmatrix from padded rows,
 //                                the fused epilogue (bias, SiLU, residual). Nine tiles of one
 //                                template, for 6..256 output channels and batch 1..32
+//   conv_igemm_mma_f16_<M>x<N>_splitk<S>  the same with K split over a cluster of S blocks,
+//                                whose partial tiles are summed in distributed shared memory
 //   conv_igemm_simt_f32_<M>x<N>  the FP32 implicit GEMM on CUDA cores: float4 gathers, register
 //                                micro-tiles (lesson 07), double-buffered shared memory
 //   conv_direct_{f16,f32}        one thread per output pixel and 8 output channels, any in_c,
@@ -25,6 +27,7 @@
 // mma.sync.m16n8k16 with FP16 and cp.async need compute capability 8.0: those kernels are
 // compiled only for compute_80 and newer and trap elsewhere (the compute_75 PTX of the build);
 // the table's min_sm tells the builder not to time them there.
+#include <cooperative_groups.h>
 #include <cuda_fp16.h>
 #include <math.h>
 #include <stdint.h>
@@ -200,7 +203,15 @@ struct MmaTile {
   static_assert(kSmemBytes == mma_smem_bytes(BM, BN), "the table's shared memory");
 };
 
-template <int BM, int BN, int WARPS_M, int WARPS_N>
+// SPLIT > 1: split-K over a thread-block cluster of SPLIT blocks along z (compute capability 9.0;
+// the launch sets the cluster shape, launch_conv_kernel). Block z of the cluster reduces its own
+// share of the K slices; then the partial tiles meet in distributed shared memory (CUDA
+// Programming Guide, "Distributed Shared Memory"): each block writes its accumulators into its
+// shared memory, the cluster synchronises, and block 0 adds the others' in rank order (a fixed
+// order: the result does not depend on which block finished first) and runs the epilogue. No
+// global workspace, no atomics, no second kernel: more blocks for the layers whose M x N has too
+// few tiles to fill the GPU (a 20x20 map at batch 1 is 400 output pixels, K up to 1152).
+template <int BM, int BN, int WARPS_M, int WARPS_N, int SPLIT = 1>
 __device__ __forceinline__ void conv_igemm_mma(const ConvArgs& a) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   using Cfg = MmaTile<BM, BN, WARPS_M, WARPS_N>;
@@ -284,17 +295,24 @@ __device__ __forceinline__ void conv_igemm_mma(const ConvArgs& a) {
   // before the loop; iteration t waits for slice t (wait_group kStages - 2: the groups committed
   // after it may still be in flight), then one barrier both publishes slice t to every warp and
   // proves every warp has finished slice t - 1, whose stage slice t + kStages - 1 then reuses.
-  const int tiles = (K + BK - 1) / BK;
+  // Split-K: this block's slices are [t0, t0 + tiles) of all K slices (possibly none).
+  const int all_tiles = (K + BK - 1) / BK;
+  int t0 = 0, tiles = all_tiles;
+  if (SPLIT > 1) {
+    const int per = (all_tiles + SPLIT - 1) / SPLIT;
+    t0 = min(all_tiles, static_cast<int>(blockIdx.z) * per);
+    tiles = min(all_tiles, t0 + per) - t0;
+  }
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
-    if (s < tiles) load_tile(s, s);
+    if (s < tiles) load_tile(t0 + s, s);
     cp_async_commit();  // empty groups past the last slice keep the count regular
   }
   int read = 0, write = kStages - 1;
   for (int t = 0; t < tiles; ++t) {
     cp_async_wait<kStages - 2>();
     __syncthreads();
-    if (t + kStages - 1 < tiles) load_tile(t + kStages - 1, write);
+    if (t + kStages - 1 < tiles) load_tile(t0 + t + kStages - 1, write);
     cp_async_commit();
 
     const unsigned as = a_ld + read * Cfg::kAStageBytes, bs = b_ld + read * Cfg::kBStageBytes;
@@ -319,7 +337,44 @@ __device__ __forceinline__ void conv_igemm_mma(const ConvArgs& a) {
     write = write + 1 == kStages ? 0 : write + 1;
   }
   cp_async_wait<0>();  // only empty groups remain: nothing in flight when the block exits
-  pdl_trigger();       // only the epilogue is left: the next layer may launch
+  if constexpr (SPLIT > 1) {
+#if __CUDA_ARCH__ >= 900
+    // The ring is free once every warp has left the loop; it becomes this block's partial tile,
+    // element r of thread tid at [r][tid] (consecutive threads, consecutive words).
+    constexpr int R = MI * NJ * 4;
+    static_assert(R * Cfg::kThreads * 4 == BM * BN * 4, "one float per tile element");
+    __syncthreads();
+    float* part = reinterpret_cast<float*>(smem);
+#pragma unroll
+    for (int i = 0; i < MI; ++i)
+#pragma unroll
+      for (int j = 0; j < NJ; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          part[((i * NJ + j) * 4 + e) * Cfg::kThreads + tid] = acc[i][j][e];
+    namespace cg = cooperative_groups;
+    cg::cluster_group cluster = cg::this_cluster();
+    cluster.sync();  // every block's partial tile is written and visible to the cluster
+    const unsigned rank = cluster.block_rank();
+    if (rank == 0) {
+      for (int peer = 1; peer < SPLIT; ++peer) {
+        const float* other = cluster.map_shared_rank(part, peer);
+#pragma unroll
+        for (int i = 0; i < MI; ++i)
+#pragma unroll
+          for (int j = 0; j < NJ; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e)
+              acc[i][j][e] += other[((i * NJ + j) * 4 + e) * Cfg::kThreads + tid];
+      }
+    }
+    cluster.sync();  // a block's shared memory must outlive block 0's reads of it
+    if (rank != 0) return;
+#else
+    __trap();  // clusters need compute capability 9.0: the table's min_sm keeps the builder away
+#endif
+  }
+  pdl_trigger();  // only the epilogue is left: the next layer may launch
 
   // Epilogue: accumulators (0, 1) and (2, 3) are channels n, n + 1 of rows group and group + 8
   // (mma_c_element). Output pixel m is NHWC row m: y[m * y_stride + n]. Two channels are one
@@ -797,6 +852,18 @@ LESSON12_MMA_KERNEL(128x16, 128, 16, 4, 1)     // 4 warps of 32 x 16
 LESSON12_MMA_KERNEL(32x64, 32, 64, 2, 2)  // 4 warps of 16 x 32
 LESSON12_MMA_KERNEL(32x32, 32, 32, 2, 2)  // 4 warps of 16 x 16
 #undef LESSON12_MMA_KERNEL
+// Split-K over a cluster of 2 or 4 blocks (compute capability 9.0).
+#define LESSON12_MMA_SPLIT_KERNEL(NAME, BM, BN, WARPS_M, WARPS_N, SPLIT) \
+  extern "C" __global__ void __launch_bounds__((WARPS_M) * (WARPS_N)*32) \
+      conv_igemm_mma_f16_##NAME(ConvArgs a) {                            \
+    lesson12::pdl_wait();                                                \
+    lesson12::conv_igemm_mma<BM, BN, WARPS_M, WARPS_N, SPLIT>(a);        \
+  }
+LESSON12_MMA_SPLIT_KERNEL(32x32_splitk2, 32, 32, 2, 2, 2)
+LESSON12_MMA_SPLIT_KERNEL(32x32_splitk4, 32, 32, 2, 2, 4)
+LESSON12_MMA_SPLIT_KERNEL(32x64_splitk2, 32, 64, 2, 2, 2)
+LESSON12_MMA_SPLIT_KERNEL(32x64_splitk4, 32, 64, 2, 2, 4)
+#undef LESSON12_MMA_SPLIT_KERNEL
 
 extern "C" __global__ void __launch_bounds__(256) conv_igemm_simt_f32_128x64(ConvArgs a) {
   lesson12::pdl_wait();

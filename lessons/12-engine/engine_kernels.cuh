@@ -102,8 +102,11 @@ struct ConvKernelInfo {
   int max_k;           // K = kernel^2 * in_c at most this (0: any): the direct kernels stage
                        // their block's weights in shared memory
   int min_sm;          // compute capability * 10 the kernel needs (80: mma.m16n8k16 and
-                       // cp.async); compiled for an older GPU (the compute_75 PTX) it traps, so
-                       // the builder must skip it there: conv_kernel_runs_on
+                       // cp.async; 90: thread-block clusters); compiled for an older GPU (the
+                       // compute_75 PTX) it traps, so the builder must skip it there:
+                       // conv_kernel_runs_on
+  int split_k = 1;     // > 1: K split over a cluster of split_k blocks along the grid's z
+                       // (launch_conv_kernel sets the cluster shape)
 };
 
 // The tensor-core kernels' tiles (engine_kernels.cu; the table's smem_bytes come from here):
@@ -170,14 +173,15 @@ bool conv_kernel_runs_on(const ConvKernelInfo& k, int sm);
 // the builder may ask before it has addresses).
 bool conv_kernel_supports(const ConvKernelInfo& k, const ConvArgs& a, bool first_layer);
 
-// Launch geometry of kernel `k` for `a`: (ceil(M / tile_m), ceil(out_c / tile_n)) blocks of
-// k.threads, M = batch * out_h * out_w output pixels (every family). Throws
+// Launch geometry of kernel `k` for `a`: (ceil(M / tile_m), ceil(out_c / tile_n), split_k)
+// blocks of k.threads, M = batch * out_h * out_w output pixels (every family). Throws
 // std::invalid_argument if M or out_c is not positive or the grid exceeds CUDA's limits.
 dim3 conv_grid(const ConvKernelInfo& k, const ConvArgs& a);
 // Dynamic shared memory to launch kernel `k` with for `a`: k.smem_bytes, except for the
 // tensor-core kernels when K = kernel^2 in_c has fewer than kMmaStages slices of kMmaBK: the ring
 // then only ever uses that many stages (a 1x1 convolution of 32 channels uses one), and the
-// smaller allocation lets more blocks share an SM.
+// smaller allocation lets more blocks share an SM. A split-K kernel needs at least its tile in
+// FP32 (the partial tile it hands to block 0 of its cluster).
 std::size_t conv_smem_bytes(const ConvKernelInfo& k, const ConvArgs& a);
 
 // The other kernels, one per dtype: symbol names.

@@ -20,6 +20,26 @@ constexpr ConvKernelInfo mma(const char* symbol, const char* tactic, int tile_m,
           80};
 }
 
+// Split-K over a cluster of `split` blocks: the partial tiles meet in distributed shared memory,
+// which needs compute capability 9.0. The shared memory is the ring's or the FP32 tile's,
+// whichever is larger.
+constexpr ConvKernelInfo mma_split(const char* symbol, const char* tactic, int tile_m, int tile_n,
+                                   int threads, int split) {
+  return {symbol,
+          tactic,
+          ConvFamily::igemm_mma,
+          DType::f16,
+          tile_m,
+          tile_n,
+          threads,
+          mma_smem_bytes(tile_m, tile_n) > tile_m * tile_n * 4 ? mma_smem_bytes(tile_m, tile_n)
+                                                               : tile_m * tile_n * 4,
+          8,
+          0,
+          90,
+          split};
+}
+
 // tile_m, tile_n, threads, dynamic shared memory, in_c multiple, max K, min_sm
 constexpr ConvKernelInfo kConvKernels[] = {
     mma("conv_igemm_mma_f16_128x128", "mma 128x128 (8 warps)", 128, 128, 256),
@@ -31,6 +51,14 @@ constexpr ConvKernelInfo kConvKernels[] = {
     mma("conv_igemm_mma_f16_128x16", "mma 128x16 (4 warps)", 128, 16, 128),
     mma("conv_igemm_mma_f16_32x64", "mma 32x64 (4 warps)", 32, 64, 128),
     mma("conv_igemm_mma_f16_32x32", "mma 32x32 (4 warps)", 32, 32, 128),
+    mma_split("conv_igemm_mma_f16_32x32_splitk2", "split-K 2, mma 32x32 (cluster of 2)", 32, 32,
+              128, 2),
+    mma_split("conv_igemm_mma_f16_32x32_splitk4", "split-K 4, mma 32x32 (cluster of 4)", 32, 32,
+              128, 4),
+    mma_split("conv_igemm_mma_f16_32x64_splitk2", "split-K 2, mma 32x64 (cluster of 2)", 32, 64,
+              128, 2),
+    mma_split("conv_igemm_mma_f16_32x64_splitk4", "split-K 4, mma 32x64 (cluster of 4)", 32, 64,
+              128, 4),
     {"conv_igemm_simt_f32_128x64", "simt 128x64 (8x4 per thread)", ConvFamily::igemm_simt,
      DType::f32, 128, 64, 256, 0, 4, 0, 0},
     {"conv_igemm_simt_f32_64x32", "simt 64x32 (4x4 per thread)", ConvFamily::igemm_simt, DType::f32,
@@ -89,13 +117,16 @@ dim3 conv_grid(const ConvKernelInfo& k, const ConvArgs& a) {
     throw std::invalid_argument(
         std::string("conv_grid(") + k.symbol + "): M = " + std::to_string(m) + " pixels x " +
         std::to_string(a.out_c) + " channels exceeds the kernel's grid limits");
-  return dim3(static_cast<unsigned>(gx), static_cast<unsigned>(gy));
+  return dim3(static_cast<unsigned>(gx), static_cast<unsigned>(gy),
+              static_cast<unsigned>(k.split_k > 1 ? k.split_k : 1));
 }
 
 std::size_t conv_smem_bytes(const ConvKernelInfo& k, const ConvArgs& a) {
   if (k.family != ConvFamily::igemm_mma) return static_cast<std::size_t>(k.smem_bytes);
   const int stages = mma_stages_used(a.kernel * a.kernel * a.in_c);
-  return static_cast<std::size_t>(mma_smem_bytes(k.tile_m, k.tile_n, stages < 1 ? 1 : stages));
+  std::size_t bytes = mma_smem_bytes(k.tile_m, k.tile_n, stages < 1 ? 1 : stages);
+  if (k.split_k > 1) bytes = std::max<std::size_t>(bytes, 4ull * k.tile_m * k.tile_n);
+  return bytes;
 }
 
 const char* max_pool_symbol(DType t) {

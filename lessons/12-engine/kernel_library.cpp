@@ -51,7 +51,7 @@ CUkernel KernelLibrary::kernel(const std::string& symbol) {
 
 void KernelLibrary::launch_raw(const std::string& symbol, dim3 grid, dim3 block,
                                std::size_t dynamic_smem, cudaStream_t stream, void** params,
-                               bool programmatic) {
+                               bool programmatic, unsigned cluster_z) {
   CUkernel k = kernel(symbol);
   const course::DriverApi& cu = course::driver();
   if (dynamic_smem > 48 * 1024) {
@@ -68,17 +68,26 @@ void KernelLibrary::launch_raw(const std::string& symbol, dim3 grid, dim3 block,
     }
   }
   // A CUkernel stands for a CUfunction in the current context (the runtime's primary context).
-  if (programmatic) {
-    CUlaunchAttribute attr{};
-    attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
-    attr.value.programmaticStreamSerializationAllowed = 1;
+  if (programmatic || cluster_z > 1) {
+    CUlaunchAttribute attrs[2]{};
+    unsigned n = 0;
+    if (programmatic) {
+      attrs[n].id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+      attrs[n++].value.programmaticStreamSerializationAllowed = 1;
+    }
+    if (cluster_z > 1) {
+      attrs[n].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+      attrs[n].value.clusterDim.x = 1;
+      attrs[n].value.clusterDim.y = 1;
+      attrs[n++].value.clusterDim.z = cluster_z;
+    }
     CUlaunchConfig config{};
     config.gridDimX = grid.x, config.gridDimY = grid.y, config.gridDimZ = grid.z;
     config.blockDimX = block.x, config.blockDimY = block.y, config.blockDimZ = block.z;
     config.sharedMemBytes = static_cast<unsigned>(dynamic_smem);
     config.hStream = reinterpret_cast<CUstream>(stream);
-    config.attrs = &attr;
-    config.numAttrs = 1;
+    config.attrs = attrs;
+    config.numAttrs = n;
     CU_CHECK(cu.cuLaunchKernelEx(&config, reinterpret_cast<CUfunction>(k), params, nullptr));
     return;
   }

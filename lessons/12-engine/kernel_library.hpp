@@ -52,14 +52,18 @@ class KernelLibrary {
   // kernel in the stream has finished, and must wait for it itself; engine_kernels.cu's
   // pdl_wait does). Only for kernels written for it; a stream capture records it as a
   // programmatic edge of the graph.
+  // cluster_z > 1: blocks are grouped into thread-block clusters of (1, 1, cluster_z)
+  // (CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION; compute capability 9.0; grid.z a multiple of it).
   template <class Args>
   void launch(const std::string& symbol, dim3 grid, dim3 block, std::size_t dynamic_smem,
-              cudaStream_t stream, const Args& args, bool programmatic = false) {
+              cudaStream_t stream, const Args& args, bool programmatic = false,
+              unsigned cluster_z = 1) {
     void* params[] = {const_cast<Args*>(&args)};
-    launch_raw(symbol, grid, block, dynamic_smem, stream, params, programmatic);
+    launch_raw(symbol, grid, block, dynamic_smem, stream, params, programmatic, cluster_z);
   }
   void launch_raw(const std::string& symbol, dim3 grid, dim3 block, std::size_t dynamic_smem,
-                  cudaStream_t stream, void** params, bool programmatic = false);
+                  cudaStream_t stream, void** params, bool programmatic = false,
+                  unsigned cluster_z = 1);
 
  private:
   CUlibrary library_ = nullptr;

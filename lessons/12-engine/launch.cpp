@@ -274,6 +274,12 @@ const ConvKernelInfo& conv_kernel_by_symbol(const std::string& symbol) {
   throw PlanError("the plan names kernel '" + symbol + "', which this build does not have");
 }
 
+void launch_conv_kernel(KernelLibrary& lib, const ConvKernelInfo& k, const ConvArgs& a,
+                        cudaStream_t stream, bool programmatic) {
+  lib.launch(k.symbol, conv_grid(k, a), dim3(k.threads), conv_smem_bytes(k, a), stream, a,
+             programmatic, static_cast<unsigned>(k.split_k > 1 ? k.split_k : 1));
+}
+
 void launch(KernelLibrary& lib, const LaunchOp& op, cudaStream_t stream, void* workspace,
             std::size_t workspace_bytes, bool programmatic) {
   switch (op.kind) {
@@ -281,8 +287,7 @@ void launch(KernelLibrary& lib, const LaunchOp& op, cudaStream_t stream, void* w
       if (op.tactic.kind == PlanTactic::Kind::cudnn) {
         op.cudnn->run(lib, op.tactic.cudnn_algo, op.conv, workspace, workspace_bytes, stream);
       } else {
-        lib.launch(op.kernel->symbol, conv_grid(*op.kernel, op.conv), dim3(op.kernel->threads),
-                   conv_smem_bytes(*op.kernel, op.conv), stream, op.conv, programmatic);
+        launch_conv_kernel(lib, *op.kernel, op.conv, stream, programmatic);
       }
       break;
     case OpKind::max_pool:

@@ -80,6 +80,11 @@ struct LaunchOp {
 // The table entry for `symbol`; throws PlanError if this build has no such kernel.
 const ConvKernelInfo& conv_kernel_by_symbol(const std::string& symbol);
 
+// Launches convolution kernel `k` for `a` on `stream`: conv_grid, conv_smem_bytes, and a
+// cluster of k.split_k blocks for the split-K kernels. programmatic: as KernelLibrary::launch.
+void launch_conv_kernel(KernelLibrary& lib, const ConvKernelInfo& k, const ConvArgs& a,
+                        cudaStream_t stream, bool programmatic = false);
+
 // Launches one op on `stream`. programmatic: launch a course kernel with programmatic dependent
 // launch (KernelLibrary::launch; cuDNN's convolutions and copies are launched as usual).
 void launch(KernelLibrary& lib, const LaunchOp& op, cudaStream_t stream, void* workspace,

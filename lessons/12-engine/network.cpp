@@ -182,7 +182,8 @@ WeightsFile parse_weights(const std::vector<std::uint8_t>& bytes, const std::str
     // wrap the product around to a small number.
     std::size_t count = 1;
     for (int d : tensor.shape) {
-      if (d < 0 || (d > 0 && count > static_cast<std::size_t>(data_bytes) / static_cast<std::size_t>(d))) {
+      if (d < 0 ||
+          (d > 0 && count > static_cast<std::size_t>(data_bytes) / static_cast<std::size_t>(d))) {
         bad_file(name, "tensor " + tname + " has a shape larger than the data block of " +
                            std::to_string(data_bytes) + " bytes");
       }

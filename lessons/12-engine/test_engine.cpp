@@ -345,11 +345,20 @@ TEST_CASE(
                std::make_tuple(DType::f16, std::string("mma 128"), 2e-2),
                std::make_tuple(DType::f16, std::string("mma 64"), 2e-2),
                std::make_tuple(DType::f16, std::string("mma 32"), 2e-2),
+               std::make_tuple(DType::f16, std::string("split-K"), 2e-2),
                std::make_tuple(DType::f16, std::string("direct"), 2e-2),
                std::make_tuple(DType::f16, std::string("cudnn"), 2e-2));
   if (family == "cudnn" && !cudnn_available()) {
     WARN("built without cuDNN: the cuDNN tactics are not tested");
     return;
+  }
+  if (family == "split-K") {
+    cudaDeviceProp prop{};
+    CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+    if (prop.major < 9) {
+      WARN("the split-K tactics need thread-block clusters (compute capability 9.0): not tested");
+      return;
+    }
   }
   INFO((precision == DType::f16 ? "FP16" : "FP32") << " engine, tactics '" << family << "'");
   BuilderConfig cfg;

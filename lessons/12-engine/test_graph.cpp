@@ -1,9 +1,9 @@
 // Lesson 12 tests: the builder's graph passes (CPU only). Oracles: BatchNorm folding and the
 // weight layout worked by hand on one-channel convolutions; the unoptimized definition run by
 // run_reference (the optimized graph must compute the same function); YOLOv8n's structure
-// counted from Ultralytics' YOLOv8n layout (test_weights.hpp); and, for the memory plan, the definition of a valid
-// plan (no two buffers live at the same time share a byte) and its lower bound (the largest sum
-// of buffers live at one op).
+// counted from Ultralytics' YOLOv8n layout (test_weights.hpp); and, for the memory plan, the
+// definition of a valid plan (no two buffers live at the same time share a byte) and its lower
+// bound (the largest sum of buffers live at one op).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>

@@ -32,6 +32,7 @@
 #include "common/testing.hpp"
 #include "engine_kernels.cuh"
 #include "kernel_library.hpp"
+#include "launch.hpp"
 
 using course::testing::Contains;
 using namespace lesson12;
@@ -297,7 +298,7 @@ std::string run_and_check(KernelLibrary& lib, const ConvKernelInfo& k, const Con
   a.act = c.act;
   REQUIRE(conv_kernel_supports(k, a, d.first_layer));
 
-  lib.launch(k.symbol, conv_grid(k, a), dim3(k.threads), conv_smem_bytes(k, a), nullptr, a);
+  launch_conv_kernel(lib, k, a, nullptr);
   CUDA_CHECK(cudaGetLastError());
   CUDA_CHECK(cudaDeviceSynchronize());
   const std::vector<float> out = download(t, y);
@@ -408,8 +409,17 @@ TEST_CASE("kernel table: unique symbols, sane tiles, each family present", "[ker
       case ConvFamily::igemm_mma:
         CHECK(k.dtype == DType::f16);
         CHECK(k.in_c_multiple == 8);
-        CHECK(k.min_sm == 80);
-        CHECK(k.smem_bytes == mma_smem_bytes(k.tile_m, k.tile_n));
+        if (k.split_k > 1) {
+          // Clusters (compute capability 9.0); the shared memory also holds the FP32 tile.
+          CHECK(k.min_sm == 90);
+          CHECK(k.split_k <= 8);  // the portable cluster size
+          CHECK(k.smem_bytes ==
+                std::max(mma_smem_bytes(k.tile_m, k.tile_n), 4 * k.tile_m * k.tile_n));
+          CHECK(std::string(k.tactic).rfind("split-K", 0) == 0);
+        } else {
+          CHECK(k.min_sm == 80);
+          CHECK(k.smem_bytes == mma_smem_bytes(k.tile_m, k.tile_n));
+        }
         break;
       case ConvFamily::igemm_simt:
         CHECK(k.dtype == DType::f32);
@@ -556,16 +566,21 @@ TEST_CASE("conv_tap: K ordered (r, s, c), 8-channel chunks never straddle two ta
     }
 }
 
-TEST_CASE("conv_kernel_runs_on: the tensor-core kernels need compute capability 8.0", "[kernels]") {
+TEST_CASE("conv_kernel_runs_on: the tensor-core kernels need compute capability 8.0, clusters 9.0",
+          "[kernels]") {
   int count = 0;
   const ConvKernelInfo* table = conv_kernels(&count);
+  int split = 0;
   for (int i = 0; i < count; ++i) {
     INFO(table[i].symbol);
     const bool mma = table[i].family == ConvFamily::igemm_mma;
+    const bool cluster = table[i].split_k > 1;
+    split += cluster;
     CHECK(conv_kernel_runs_on(table[i], 75) == !mma);
-    CHECK(conv_kernel_runs_on(table[i], 80));
+    CHECK(conv_kernel_runs_on(table[i], 80) == !cluster);
     CHECK(conv_kernel_runs_on(table[i], 90));
   }
+  CHECK(split >= 2);
 }
 
 TEST_CASE("conv_grid: M = batch * out_h * out_w pixels by out_c channels, in tiles", "[kernels]") {
@@ -596,6 +611,19 @@ TEST_CASE("conv_grid: M = batch * out_h * out_w pixels by out_c channels, in til
   g = conv_grid(t128x16, a);
   CHECK(g.x == 32u * 320 * 320 / 128);
   CHECK(g.y == 1);
+  // Split-K: the grid's z is the cluster of blocks sharing one tile's K.
+  const ConvKernelInfo& split4 = kernel_named("conv_igemm_mma_f16_32x32_splitk4");
+  a.batch = 1, a.out_h = 20, a.out_w = 20, a.out_c = 128;
+  g = conv_grid(split4, a);
+  CHECK(g.x == 13);
+  CHECK(g.y == 4);
+  CHECK(g.z == 4);
+  a.in_c = 128, a.kernel = 3;  // K = 1152: 36 slices, the ring's 3 stages, or the FP32 tile
+  CHECK(conv_smem_bytes(split4, a) == static_cast<std::size_t>(mma_smem_bytes(32, 32)));
+  a.in_c = 8, a.kernel = 1;  // one slice: one stage, 5120 bytes, more than the 4096-byte tile
+  CHECK(conv_smem_bytes(split4, a) == static_cast<std::size_t>(mma_smem_bytes(32, 32, 1)));
+  const ConvKernelInfo& split2_64 = kernel_named("conv_igemm_mma_f16_32x64_splitk2");
+  CHECK(conv_smem_bytes(split2_64, a) == 4u * 32 * 64);  // the FP32 tile is larger than 1 stage
   a.batch = 0;
   CHECK_THROWS_AS(conv_grid(t128x64, a), std::invalid_argument);
   a.batch = 1, a.out_c = 0;
