@@ -10,6 +10,8 @@
 #     TEST_LIBS     course_cupti            # extra libraries for the tests only
 #     BENCH         bench_reduction.cu      # optional Google Benchmark executable
 #     CLI_BAD_VALUE --reps 0                # an option of lessonNN and a value it must refuse
+#     GRADE         grade_reduction.cpp     # optional: the speed grade's cases (below)
+#     GRADE_NAMESPACE reduction             # with GRADE: the namespace of the lesson's code
 #     MULTIGPU)                             # some [gpu] tests also carry [multigpu]: 2+ GPUs
 #
 # Targets (NN = the folder's number):
@@ -23,6 +25,17 @@
 #                            and see make check fail on it); the stubs-fail checks still hash
 #                            the real exercise.cu.
 #   lessonNN_bench           the benchmark (make bench), when BENCH is given
+#   lessonNN_grade           with GRADE: the speed grade (common/grade_run.hpp), which
+#                            cmake/check_exercise.sh builds and runs on a GPU after the
+#                            sanitizers. It links the exercise build (yours) and
+#                            lessonNN_course_code: the lesson's SOURCES compiled again, solutions
+#                            included, with GRADE_NAMESPACE renamed GRADE_NAMESPACE_course by a
+#                            macro (-Dreduction=reduction_course), so both versions of every
+#                            exercise live in one process under distinct symbols. Neither is
+#                            built by `all` (make test, CI): no test needs them, and they
+#                            compile the lesson's code a third time. add_lesson writes
+#                            lessonNN_grade.target beside the exercise tests, which tells the
+#                            script that the lesson has a grade to build.
 # ctest tests (labels in brackets):
 #   NN/cpu                   CPU tests                                  [cpu]
 #   NN/cli                   lessonNN's command line, no GPU needed: --help exits 0 and lists
@@ -37,7 +50,8 @@
 #                            them once you have edited exercise.cu (cmake/stubs_fail.sh)
 #                                                                       [exercise] (+[gpu])
 function(add_lesson)
-  cmake_parse_arguments(L "MULTIGPU" "" "SOURCES;TESTS;EXERCISES;GPU_EXERCISES;LIBS;TEST_LIBS;BENCH;CLI_BAD_VALUE" ${ARGN})
+  cmake_parse_arguments(L "MULTIGPU" "GRADE;GRADE_NAMESPACE"
+                        "SOURCES;TESTS;EXERCISES;GPU_EXERCISES;LIBS;TEST_LIBS;BENCH;CLI_BAD_VALUE" ${ARGN})
   get_filename_component(folder "${CMAKE_CURRENT_SOURCE_DIR}" NAME)
   string(SUBSTRING "${folder}" 0 2 nn)
   set(p lesson${nn})
@@ -110,6 +124,23 @@ function(add_lesson)
       PASS_REGULAR_EXPRESSION "test cases: [^\n]*[1-9][0-9]* failed"
       SKIP_RETURN_CODE 77 LABELS "${labels}")
   endforeach()
+
+  if(L_GRADE)
+    if(NOT L_GRADE_NAMESPACE)
+      message(FATAL_ERROR "${folder}: GRADE needs GRADE_NAMESPACE (the namespace of the lesson's code)")
+    endif()
+    add_library(${p}_course_code STATIC EXCLUDE_FROM_ALL ${L_SOURCES})
+    target_include_directories(${p}_course_code PUBLIC "${CMAKE_CURRENT_SOURCE_DIR}")
+    target_compile_definitions(${p}_course_code
+                               PRIVATE "${L_GRADE_NAMESPACE}=${L_GRADE_NAMESPACE}_course")
+    target_link_libraries(${p}_course_code PUBLIC course_common ${L_LIBS})
+    add_executable(${p}_grade EXCLUDE_FROM_ALL ${L_GRADE})
+    target_link_libraries(${p}_grade PRIVATE ${p}_exercise_code ${p}_course_code course_grade_run)
+    file(WRITE "${CMAKE_CURRENT_BINARY_DIR}/${p}_grade.target"
+         "${p}_grade: this lesson has a speed grade (cmake/check_exercise.sh builds it on a GPU)\n")
+  else()
+    file(REMOVE "${CMAKE_CURRENT_BINARY_DIR}/${p}_grade.target")
+  endif()
 
   if(L_BENCH)
     if(NOT benchmark_FOUND)

@@ -13,6 +13,21 @@
 #   3. racecheck  the same under racecheck and synccheck, for the exercises whose kernels use
 #      synccheck  shared memory, barriers or warp shuffles (the table below)
 #   4. ncu        only with COURSE_NCU=1 and ncu on PATH: the counter checks of the table below
+#   5. grade      for a lesson with a speed grade (add_lesson(... GRADE ...): lessonNN_grade),
+#                 with a usable GPU, once every stage before it passed: each graded exercise's
+#                 kernel timed against the course's solution in the same run, and the library's
+#                 version (CUB, cuBLAS) beside them for reference (common/grade_run.hpp says how,
+#                 common/grade.cpp's table what each must reach). Its own line per exercise,
+#                   check_exercise: lesson NN grade exK: your v3: 0.310 ms, the course's: 0.160 ms
+#                                  (52%; medians of 21, L2 flushed): correct but slow; <hint>
+#                 fast (80% of the course's speed or more) | correct but slow | too slow: FAILED
+#                 (below the exercise's threshold, 50%) | refused (a time below the physical
+#                 floor: a broken measurement), FAILED | FAILED (a result that differs from the
+#                 course's). Only the exercises whose point is speed can fail on speed. With a
+#                 build folder (CMakeCache.txt), the script builds lessonNN_grade first (`all`
+#                 does not: CI never needs it). CHECK_EXERCISE_GRADE=0 leaves it out (a GPU
+#                 shared with other work, say). With no usable GPU the grade is not measured,
+#                 and the lines say so: a time is never guessed, and never passes unmeasured.
 #
 # Which exercises have GPU tests is read from the binary itself: the tags of the tests that
 # `--list-tags "[gpu]"` lists (the course's test main lists every test, GPU or not). An exercise
@@ -37,6 +52,9 @@
 #   check_exercise: lesson NN [exK]: nothing checked (no usable GPU, and the tests of exK ...)
 #   check_exercise: lesson NN [exK]: passed on 1 GPU; exK not checked on 2 GPUs
 #   check_exercise: lesson NN [exK]: FAILED (STAGE ...)
+# where a lesson with a speed grade adds to the passed lines
+#   ...; grade: ex1 fast, ex2 correct but slow, ex4 fast
+#   ...; speed grade not measured (why: no usable GPU, say)
 # Exit status: 0 when every stage that ran passed (with no GPU too: then only the CPU parts ran,
 # as the lines say), 1 otherwise, 2 for a usage error.
 set -u
@@ -56,8 +74,8 @@ case $only in "" | ex[0-9] | ex[0-9][0-9]) ;; *) usage ;; esac
 # Exercises whose kernels use shared memory or barriers (racecheck + synccheck), or only warp
 # shuffles (synccheck: a lane that left before a full-mask shuffle). Every GPU exercise gets
 # memcheck.
-racecheck_table="02:ex3 05:ex1 05:ex2 07:ex1 07:ex2 07:ex3 08:ex4"
-synccheck_table="02:ex3 03:ex2 05:ex1 05:ex2 05:ex4 07:ex1 07:ex2 07:ex3 08:ex4"
+racecheck_table="02:ex3 05:ex1 05:ex2 07:ex1 07:ex2 07:ex3 08:ex4 10:ex1 10:ex2 10:ex3"
+synccheck_table="02:ex3 03:ex2 05:ex1 05:ex2 05:ex4 07:ex1 07:ex2 07:ex3 08:ex4 10:ex1 10:ex2 10:ex3"
 # Counter checks under Nsight Compute (opt-in): lesson:exercise:kernel-name-part:check
 #   load-sectors-per-request<=8: coalesced loads of 32 neighbouring floats take 4 or 5 sectors
 #   of 32 bytes per warp request; 32 lanes reading 32 rows take 32.
@@ -338,6 +356,105 @@ for entry in $ncu_table; do
   rm -f "$csv"
 done
 
+# 5. the speed grade: with a GPU, after everything else passed. A lesson has one when add_lesson
+# wrote lessonNN_grade.target beside its exercise tests (or when the binary is there).
+lesson_dir=$(dirname "$exe")
+grade_exe=$lesson_dir/lesson${nn}_grade
+grade_note=""  # what the final line adds about the grade
+if [ -f "$lesson_dir/lesson${nn}_grade.target" ] || [ -x "$grade_exe" ]; then
+  if [ -z "$gpu_ex" ]; then
+    # Exercises without GPU tests have no kernel to time (lesson 05's float4 split).
+    say "grade: none for $exercises (no kernel to time)"
+  elif [ "$gpu" = no ]; then
+    say "grade: not measured (no usable GPU: the speed grade times your kernels on one)"
+    grade_note="; speed grade not measured (no usable GPU)"
+  elif [ -n "$failed" ]; then
+    say "grade: not measured (an earlier stage failed: a time means nothing until the checks pass)"
+  elif [ "${CHECK_EXERCISE_GRADE:-1}" = 0 ]; then
+    say "grade: not measured (CHECK_EXERCISE_GRADE=0)"
+    grade_note="; speed grade not measured (CHECK_EXERCISE_GRADE=0)"
+  else
+    grade_why=""
+    if [ -f "$build/CMakeCache.txt" ]; then
+      # Built here, not by `all`: the grade compiles the lesson's code once more.
+      echo "==================== building lesson${nn}_grade (the first time compiles the lesson's code once more) ===================="
+      log=$(mktemp)
+      if ! cmake --build "$build" --target "lesson${nn}_grade" >"$log" 2>&1; then
+        cat "$log"
+        grade_why="lesson${nn}_grade did not build: see above"
+      fi
+      rm -f "$log"
+    fi
+    if [ -z "$grade_why" ] && [ ! -x "$grade_exe" ]; then
+      grade_why="no $grade_exe: build it with cmake --build BUILD --target lesson${nn}_grade"
+    elif [ -z "$grade_why" ] && [ -n "$(find "$exe" -newer "$grade_exe" 2>/dev/null)" ]; then
+      grade_why="$grade_exe is older than the exercise tests: build it again (cmake --build BUILD --target lesson${nn}_grade)"
+    fi
+    graded=""
+    if [ -z "$grade_why" ]; then
+      graded_all=$("$grade_exe" --list 2>/dev/null)
+      if [ -z "$graded_all" ]; then
+        grade_why="$grade_exe --list named no exercise"
+      else
+        graded=$(intersect "$exercises" "$graded_all")
+      fi
+    fi
+    if [ -n "$grade_why" ]; then
+      say "grade: not measured ($grade_why)"
+      grade_note="; speed grade not measured ($grade_why)"
+    elif [ -z "$graded" ]; then
+      say "grade: none for $exercises (lesson $nn grades $graded_all)"
+    else
+      echo "==================== grade: $graded against the course's solutions ===================="
+      log=$(mktemp)
+      status=$(mktemp)
+      # shellcheck disable=SC2086  # timeout_cmd, linebuf and graded are words, or nothing
+      { $timeout_cmd $linebuf "$grade_exe" $graded 2>&1; echo $? >"$status"; } | tee "$log"
+      rc=$(cat "$status")
+      bad="" summary=""
+      # 77: no usable GPU after all (the binary's own check); no exercise was timed.
+      [ "$rc" = 77 ] && graded=""
+      for ex in $graded; do
+        line=$(sed -n "s/^grade $ex: //p" "$log" | head -n 1)
+        if [ -z "$line" ]; then
+          line="no verdict (the grade stopped before it: see above)"
+          bad="$bad $ex"
+          verdict="no verdict"
+        else
+          case $line in
+            *FAILED*) bad="$bad $ex"; verdict="FAILED" ;;
+            *": correct but slow"*) verdict="correct but slow" ;;
+            *": fast") verdict="fast" ;;
+            *) bad="$bad $ex"; verdict="no verdict" ;;
+          esac
+        fi
+        say "grade $ex: $line"
+        summary="$summary${summary:+, }$ex $verdict"
+      done
+      rm -f "$log" "$status"
+      case $rc in
+        0) if [ -z "$bad" ]; then
+             say "grade: passed ($summary)"
+             grade_note="; grade: $summary"
+           else
+             say "grade: FAILED (lesson${nn}_grade exited 0, but$bad got no verdict: see above)"
+             failed="$failed grade"
+           fi ;;
+        124) say "grade: FAILED (timed out: a kernel that never ends? See above)"
+             failed="$failed grade" ;;
+        77) say "grade: not measured (lesson${nn}_grade found no usable GPU: see above)"
+            grade_note="; speed grade not measured (lesson${nn}_grade found no usable GPU)" ;;
+        *) if [ -n "$bad" ]; then
+             say "grade: FAILED (${bad# }: see the lines above)"
+           else
+             say "grade: FAILED (lesson${nn}_grade exited $rc: see above)"
+           fi
+           failed="$failed grade" ;;
+      esac
+    fi
+  fi
+fi
+
 where="lesson $nn${only:+ [$only]}"
 if [ -z "$failed" ]; then
   # One line per exercise: "checked" only when all its tests ran.
@@ -358,17 +475,17 @@ if [ -z "$failed" ]; then
     fi
   done
   if [ "$gpu" = no ] && [ -z "$cpu_ex" ]; then
-    echo "check_exercise: $where: nothing checked (no usable GPU, and the tests of$unchecked all need one)"
+    echo "check_exercise: $where: nothing checked (no usable GPU, and the tests of$unchecked all need one)$grade_note"
   elif [ "$gpu" = no ] && [ -n "$unchecked" ]; then
-    echo "check_exercise: $where: CPU parts passed;$unchecked not checked on a GPU"
+    echo "check_exercise: $where: CPU parts passed;$unchecked not checked on a GPU$grade_note"
   elif [ "$gpu" = no ]; then
-    echo "check_exercise: $where: passed (the tests of $exercises are CPU tests only, and all ran; with no usable GPU the lesson's other [gpu] tests did not)"
+    echo "check_exercise: $where: passed (the tests of $exercises are CPU tests only, and all ran; with no usable GPU the lesson's other [gpu] tests did not)$grade_note"
   elif [ -n "$single" ]; then
-    echo "check_exercise: $where: passed on 1 GPU;$single not checked on 2 GPUs${why_not:+ (and the GPU checks did not run: $why_not)}"
+    echo "check_exercise: $where: passed on 1 GPU;$single not checked on 2 GPUs${why_not:+ (and the GPU checks did not run: $why_not)}$grade_note"
   elif [ -n "$why_not" ]; then
-    echo "check_exercise: $where: passed, but the GPU checks did not run ($why_not)"
+    echo "check_exercise: $where: passed, but the GPU checks did not run ($why_not)$grade_note"
   else
-    echo "check_exercise: $where: passed"
+    echo "check_exercise: $where: passed$grade_note"
   fi
   exit 0
 fi
