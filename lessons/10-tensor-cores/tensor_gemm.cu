@@ -14,6 +14,7 @@
 
 #include "common/cuda_check.hpp"
 #include "epilogue.cuh"
+#include "mma_sync.cuh"
 
 namespace lesson10 {
 
@@ -33,84 +34,7 @@ using namespace detail;
 
 namespace {
 
-// ---------------------------------------------------------------- PTX wrappers (sm_80+)
-// Compiled only for compute_80 and newer: the kernels below use them under the same condition.
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-
-__device__ __forceinline__ unsigned smem_u32(const void* p) {
-  return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}
-
-__device__ __forceinline__ void cp_async_commit() {
-  asm volatile("cp.async.commit_group;\n" ::);
-}
-template <int kPending>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
-}
-
-// 16 bytes global -> shared, bypassing L1 (.cg); src_bytes < 16 zero-fills the rest (0: all
-// zeros, nothing read). `smem` is an address in the shared window (32 bits): the tuned v4
-// computes its addresses once, as integers, outside the K loop.
-__device__ __forceinline__ void cp_async_16(unsigned smem, const void* gmem, int src_bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem), "l"(gmem),
-               "r"(src_bytes));
-}
-__device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], unsigned smem) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem));
-}
-__device__ __forceinline__ void ldmatrix_x4_trans(unsigned (&r)[4], unsigned smem) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem));
-}
-
-// The same from a generic pointer into shared memory (v2..v4's template).
-__device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, int src_bytes) {
-  cp_async_16(smem_u32(smem), gmem, src_bytes);
-}
-__device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], const void* smem) {
-  ldmatrix_x4(r, smem_u32(smem));
-}
-__device__ __forceinline__ void ldmatrix_x4_trans(unsigned (&r)[4], const void* smem) {
-  ldmatrix_x4_trans(r, smem_u32(smem));
-}
-
-template <int MI, int NJ>
-__device__ __forceinline__ void zero_accumulators(float (&acc)[MI][NJ][4]) {
-#pragma unroll
-  for (int i = 0; i < MI; ++i)
-#pragma unroll
-    for (int j = 0; j < NJ; ++j)
-#pragma unroll
-      for (int q = 0; q < 4; ++q) acc[i][j][q] = 0.0f;
-}
-
-// D = A * B + D, m16n8k16, FP32 accumulators (fragment layouts: mma_*_element in the header).
-template <class In>
-__device__ __forceinline__ void mma_16816(float (&d)[4], const unsigned (&a)[4], unsigned b0,
-                                          unsigned b1);
-template <>
-__device__ __forceinline__ void mma_16816<__half>(float (&d)[4], const unsigned (&a)[4],
-                                                  unsigned b0, unsigned b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-      "{%8, %9}, {%0, %1, %2, %3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-template <>
-__device__ __forceinline__ void mma_16816<__nv_bfloat16>(float (&d)[4], const unsigned (&a)[4],
-                                                         unsigned b0, unsigned b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-      "{%8, %9}, {%0, %1, %2, %3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-#endif  // __CUDA_ARCH__ >= 800
+// The PTX wrappers (cp.async, ldmatrix, mma.sync) are in mma_sync.cuh.
 
 // ---------------------------------------------------------------- v1: WMMA
 
@@ -222,8 +146,16 @@ struct MmaTile {
   }
 };
 
-// kStages == 1: load, wait, multiply (v2, v3). kStages >= 2: the ring of the header's
-// pipeline_* functions (v4).
+// v4's K loop: a kStages-deep cp.async ring over `tiles` K tiles. load_tile(t, s) issues this
+// thread's copies of K tile t into stage s (no commit); multiply(s) runs this warp's mma on the
+// tile in stage s. Every tile is loaded once and multiplied once, in order; no tile is read
+// before every thread's copies of it have landed, and no stage is refilled while a warp may
+// still read it; nothing is in flight when it returns. It is exercise 2 (exercise.cu), so its
+// body is in solutions.cuh, included at the end of this file.
+template <int kStages, class Load, class Multiply>
+__device__ __forceinline__ void cp_async_ring(int tiles, Load&& load_tile, Multiply&& multiply);
+
+// kStages == 1: load, wait, multiply (v2, v3). kStages >= 2: cp_async_ring (v4).
 template <class In, class Out, class T>
 __global__ void __launch_bounds__(T::kThreads)
     mma_kernel(int M, int N, int K, const In* __restrict__ A, const In* __restrict__ B,
@@ -299,20 +231,7 @@ __global__ void __launch_bounds__(T::kThreads)
       __syncthreads();  // everyone is done with the tile before the next load overwrites it
     }
   } else {
-#pragma unroll
-    for (int s = 0; s < kStages - 1; ++s) {
-      if (s < tiles) load_tile(s, pipeline_stage(s, kStages));
-      cp_async_commit();  // an empty group past the last tile keeps the group count regular
-    }
-    for (int t = 0; t < tiles; ++t) {
-      cp_async_wait<kStages - 2>();  // tile t has landed (for this thread's copies)
-      __syncthreads();               // ... for every thread's, and tile t-1 is consumed
-      const int next = pipeline_tile_issued(t, kStages, tiles);
-      if (next >= 0) load_tile(next, pipeline_stage(next, kStages));
-      cp_async_commit();
-      multiply(pipeline_stage(t, kStages));
-    }
-    cp_async_wait<0>();
+    cp_async_ring<kStages>(tiles, load_tile, multiply);
   }
 
 #pragma unroll
@@ -809,6 +728,66 @@ LESSON10_INSTANTIATE(__nv_bfloat16, float)
 LESSON10_INSTANTIATE(__nv_bfloat16, __nv_bfloat16)
 #undef LESSON10_INSTANTIATE
 
+// ---------------------------------------------------------------- the exercises' GEMMs
+// The checks here, the kernels with the functions they call (exercise_kernels.cuh,
+// exercise_kernels_sm90.cuh).
+
+template <class In, class Out>
+void gemm_exercise_mma(int stages, int M, int N, int K, float alpha, const In* A, const In* B,
+                       float beta, Out* C, const float* bias, Activation act, cudaStream_t stream) {
+  const std::string who = "gemm_exercise_mma";
+  if (stages < 1 || stages > 4)
+    throw std::invalid_argument(who + ": stages must be 1..4, got " + std::to_string(stages));
+  if (static_cast<int>(act) < 0 || static_cast<int>(act) > 2)
+    throw std::invalid_argument(who + ": unknown activation");
+  if (!check_tensor_gemm_args(who.c_str(), M, N, K, A, B, C, true)) return;
+  std::string why;
+  if (!version_supported(3, dtype_of<In>(), &why))
+    throw NotSupported(who + ": not supported on this GPU: " + why);
+  const int bytes = exercise_detail::mma_smem_bytes(stages), optin = smem_per_block_optin();
+  if (bytes > optin)
+    throw NotSupported(who + ": not supported on this GPU: " + std::to_string(stages) +
+                       " stages need " + std::to_string(bytes) +
+                       " bytes of shared memory per block, the GPU grants " +
+                       std::to_string(optin));
+  if (K == 0) {  // the empty sum: every version's answer
+    tensor_gemm(3, M, N, K, alpha, A, B, beta, C, bias, act, stream);
+    return;
+  }
+  exercise_detail::launch_mma<In, Out>(stages, M, N, K, alpha, A, B, beta, C, bias, act, stream);
+}
+
+template <class In>
+void gemm_exercise_wgmma(int M, int N, int K, float alpha, const In* A, const In* B, float beta,
+                         float* C, const float* bias, Activation act, cudaStream_t stream) {
+  const std::string who = "gemm_exercise_wgmma";
+  if (static_cast<int>(act) < 0 || static_cast<int>(act) > 2)
+    throw std::invalid_argument(who + ": unknown activation");
+  if (!check_tensor_gemm_args(who.c_str(), M, N, K, A, B, C, true)) return;
+  std::string why;
+  if (!version_supported(6, dtype_of<In>(), &why))
+    throw NotSupported(who + ": not supported on this GPU: " + why);
+  if (K == 0) {
+    tensor_gemm(6, M, N, K, alpha, A, B, beta, C, bias, act, stream);
+    return;
+  }
+  exercise_detail::launch_wgmma<In>(M, N, K, alpha, A, B, beta, C, bias, act, stream);
+}
+
+#define LESSON10_INSTANTIATE(In, Out)                                                              \
+  template void gemm_exercise_mma<In, Out>(int, int, int, int, float, const In*, const In*, float, \
+                                           Out*, const float*, Activation, cudaStream_t);
+LESSON10_INSTANTIATE(__half, float)
+LESSON10_INSTANTIATE(__half, __half)
+LESSON10_INSTANTIATE(__nv_bfloat16, float)
+LESSON10_INSTANTIATE(__nv_bfloat16, __nv_bfloat16)
+#undef LESSON10_INSTANTIATE
+template void gemm_exercise_wgmma<__half>(int, int, int, float, const __half*, const __half*, float,
+                                          float*, const float*, Activation, cudaStream_t);
+template void gemm_exercise_wgmma<__nv_bfloat16>(int, int, int, float, const __nv_bfloat16*,
+                                                 const __nv_bfloat16*, float, float*, const float*,
+                                                 Activation, cudaStream_t);
+
 // ---------------------------------------------------------------- peak
 
 int fp16_flops_per_clock_per_sm(int cc_major, int cc_minor) {
@@ -1041,6 +1020,8 @@ double tensor_gemm_error_bound(int K, double alpha, double abs_sum, double beta,
 
 }  // namespace lesson10
 
-#ifndef LESSON_EXERCISE_BUILD
+// solutions.cuh, compiled here, in this translation unit: in both builds v2..v4's lane maps,
+// swizzle and ring, which the kernels above call; in the lesson build only, the exercise
+// solutions and the exercise kernel (the exercise build defines LESSON_EXERCISE_BUILD and
+// compiles exercise.cu instead). Try the exercises first.
 #include "solutions.cuh"
-#endif

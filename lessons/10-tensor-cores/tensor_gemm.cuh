@@ -27,8 +27,8 @@
 //                  group issues wgmma.m64n256k16: twice the MMA work per byte of A loaded),
 //                  setmaxnreg (producer 40 registers, consumers 232 for 128 accumulators each),
 //                  wgmma kept in flight across k-steps (wait_group 1), 4 stages of 48 KiB, tiles
-//                  in a grouped order (tile_coord) for L2 reuse, the write-out staged through shared memory
-//                  (store_four)
+//                  in a grouped order (tile_coord) for L2 reuse, the write-out staged through
+//                  shared memory (store_four)
 //   v7_wgmma_persistent  v6's kernel on one block per SM, each looping over tiles: the next
 //                  tile's loads overlap this tile's write-out, and the prologue is paid once
 //
@@ -110,20 +110,23 @@ __host__ __device__ inline RowCol mma_c_element(int lane, int i) {
   return {group + (i >> 1) * 8, 2 * t + (i & 1)};
 }
 
-// ldmatrix.sync.aligned.m8n8.x4.b16: lanes 8j..8j+7 give the addresses of the 8 rows of matrix
-// j; lane l then holds, in register j, row l/4 and columns 2(l%4), 2(l%4)+1 of matrix j (with
-// .trans: column l/4 and rows 2(l%4), 2(l%4)+1). For A's 16x16 fragment, lane l points at row
-// l % 16, column 8 * (l / 16) of the tile: matrices 0..3 are then the quadrants (rows 0-7,
-// cols 0-7), (8-15, 0-7), (0-7, 8-15), (8-15, 8-15), exactly registers a0..a3 of mma_a_element.
-__host__ __device__ inline RowCol ldmatrix_a_address(int lane) {
-  return {lane & 15, (lane >> 4) * 8};
-}
-// For B stored row-major (k rows, n contiguous) and read with .trans: lane l points at k row
-// l % 16 and column 8 * (l / 16) of a 16 (k) x 16 (n) block: registers 0,1 are b0,b1 of the
-// n-block 0..7, registers 2,3 those of n-block 8..15.
-__host__ __device__ inline RowCol ldmatrix_b_trans_address(int lane) {
-  return {lane & 15, (lane >> 4) * 8};
-}
+// ldmatrix.sync.aligned.m8n8.x4.b16 loads four 8x8 matrices of 16-bit elements: lanes 8j..8j+7
+// give the shared-memory addresses of the 8 rows (16 bytes each) of matrix j, and each lane
+// receives one 32-bit register per matrix (ldmatrix_element below says which two elements).
+// The kernels point every lane at one row of a fragment so that the four registers are exactly
+// an mma operand. These two maps are exercise 1's core (exercise.cu), so their bodies are in
+// solutions.cuh; the CPU tests compose each with ldmatrix_element and compare the result with
+// mma_a_element / mma_b_element for every lane and register.
+//
+// A's 16x16 fragment (row-major, without .trans): the row and column of the fragment whose
+// address lane `lane` (0..31) gives, such that registers 0..3 are a0..a3 of mma_a_element (halves
+// 2r, 2r + 1 of register r).
+__host__ __device__ RowCol ldmatrix_a_address(int lane);
+// B stored row-major (k rows, n contiguous), a 16 (k) x 16 (n) block read with .trans: the k row
+// and n column of the block whose address lane `lane` gives, such that registers 0, 1 are b0..b3
+// of mma_b_element for the n columns 0..7 of the block, and registers 2, 3 the same for columns
+// 8..15.
+__host__ __device__ RowCol ldmatrix_b_trans_address(int lane);
 // What lane `lane` holds in register `reg` (0..3), half `h` (0/1) after ldmatrix.x4 whose
 // matrix j starts at (row0[j], col0[j]) of the tile: without .trans row0 + lane/4, col0 +
 // 2(lane%4)+h; with .trans row0 + 2(lane%4)+h, col0 + lane/4. (The tests compose this with the
@@ -140,21 +143,19 @@ __host__ __device__ inline RowCol ldmatrix_element(int lane, int h, RowCol matri
 // Shared memory has 32 banks of 4 bytes: one 128-byte line. ldmatrix reads, per phase, eight rows
 // of 16 bytes (one "chunk" per row); they are conflict-free exactly when the eight chunks lie in
 // eight different 16-byte bank groups (address / 16 mod 8). A tile row of `chunks_per_row`
-// 16-byte chunks (4 = 32 halves, 8 = 64, 16 = 128 halves) is stored with its chunk c at physical
-// chunk c ^ x, where x = (row / rows_per_line) mod min(chunks_per_row, 8) and rows_per_line =
-// max(1, 8 / chunks_per_row): eight consecutive rows at the same logical chunk land in eight
-// different bank groups, and within a row the map is a permutation (a bijection of the tile).
-// chunks_per_row must be a power of two >= 4 (not checked here; the kernels' constants are).
-__host__ __device__ inline int swizzle_chunk(int row, int chunk, int chunks_per_row) {
-  const int rows_per_line = chunks_per_row >= 8 ? 1 : 8 / chunks_per_row;
-  const int width = chunks_per_row >= 8 ? 8 : chunks_per_row;
-  return chunk ^ ((row / rows_per_line) & (width - 1));
-}
-// Offset in halves of element (row, col) of a tile of `row_halves` halves per row, swizzled.
-__host__ __device__ inline int swizzled_offset(int row, int col, int row_halves) {
-  const int cpr = row_halves / 8;
-  return row * row_halves + swizzle_chunk(row, col / 8, cpr) * 8 + col % 8;
-}
+// 16-byte chunks (4 = 32 halves, 8 = 64, 16 = 128 halves, ...) is stored with its chunks
+// permuted by an XOR with a function of the row: swizzle_chunk is the physical chunk of logical
+// chunk `chunk` in row `row`. Within a row it is a permutation (a bijection of the tile); eight
+// consecutive rows (aligned to 8) at the same logical chunk land in eight different bank groups,
+// and so do eight consecutive chunks in row-major order (the cp.async writes). For 8 or more
+// chunks per row it is the pattern TMA writes with CU_TENSOR_MAP_SWIZZLE_128B, which v5..v7's
+// wgmma descriptors declare. chunks_per_row must be a power of two >= 4 (not checked here; the
+// kernels' constants are). Exercise 1 writes the same idea (exercise.cu), so the bodies are in
+// solutions.cuh; the CPU tests count the bank groups of every ldmatrix phase and cp.async write.
+__host__ __device__ int swizzle_chunk(int row, int chunk, int chunks_per_row);
+// Offset in halves of element (row, col) of a tile of `row_halves` halves per row, swizzled:
+// row * row_halves + 8 * swizzle_chunk(row, col / 8, row_halves / 8) + col % 8.
+__host__ __device__ int swizzled_offset(int row, int col, int row_halves);
 // The padded alternative (v2): rows of row_halves + 8 halves (16 bytes of padding).
 __host__ __device__ inline int padded_offset(int row, int col, int row_halves) {
   return row * (row_halves + 8) + col;
@@ -166,11 +167,12 @@ __host__ __device__ inline int bank_group(int byte_offset) {
 
 // ---------------------------------------------------------------- the pipeline (CPU-tested)
 //
-// A `stages`-deep ring of shared-memory buffers over the K tiles 0..tiles-1. Prologue: tiles
-// 0..stages-2 are issued into stages 0..stages-2. Iteration t: wait until tile t has landed
-// (cp.async.wait_group stages-2), barrier, issue tile t + stages - 1 (if it exists) into its
-// stage, multiply tile t from its stage. The stage written at iteration t is the one read at
-// iteration t-1, which the barrier of iteration t has closed for every warp.
+// The index arithmetic of a `stages`-deep ring of shared-memory buffers over the K tiles
+// 0..tiles-1, which v4 and v5..v7 share: K tile t lives in stage t % stages, and while tile t is
+// multiplied the tiles up to t + stages - 1 are loading into the other stages. When to wait for a
+// tile and where the barriers go is the ring's protocol (v4: cp_async_ring, exercise 2; v5..v7:
+// mbarriers, exercise 3). The CPU tests simulate the ring and check that no stage is refilled
+// while it may still be read.
 __host__ __device__ inline int pipeline_stage(int tile, int stages) {
   return tile % stages;
 }
@@ -208,16 +210,16 @@ __host__ __device__ inline TileCoord tile_coord(int tile, int tiles_m, int tiles
 // v4's default block tile, written for issue slots rather than for brevity (the template
 // mma_kernel of v2..v4 recomputes every address in the loop). What each choice buys:
 //  - 128 x 256 of C per block, K tiles of 64: half the barriers and cp.async commits per FLOP
-//    of a 32-deep tile, and A's rows are 64 halves = 128 bytes = 8 chunks, so the swizzle is
-//    chunk ^ (row % 8) (swizzle_chunk with 8 chunks; B's rows of 256 halves use the same XOR on
-//    the low 3 chunk bits): conflict-free for ldmatrix and for the cp.async writes.
+//    of a 32-deep tile, and A's rows are 64 halves = 128 bytes = 8 chunks, one whole line of
+//    banks per row (swizzle_chunk with 8 chunks; B's rows of 256 halves permute the same low 3
+//    chunk bits): conflict-free for ldmatrix and for the cp.async writes.
 //  - 8 warps of 64 x 64 (2 down M, 4 across N): MI = 4 m16 fragments of A and NJ = 8 n8 of B
 //    give 32 mma per 8 ldmatrix.x4, and 128 FP32 accumulators per thread.
 //  - every shared-memory address is a per-thread base computed once, before the K loop, plus
 //    the stage and a compile-time XOR or offset: the XOR with 16 * ks (A) or 16 * j (B) halves
 //    flips exactly the chunk bits that the swizzle permutes, because the base's chunk bits
-//    already hold (lane's chunk) ^ (row % 8) (the functions below; the tests compare them with
-//    swizzled_offset for every thread, lane, fragment and k step).
+//    already hold the lane's swizzled chunk at k step 0 (the functions below; the tests compare
+//    them with swizzled_offset for every thread, lane, fragment and k step).
 //  - blocks are rasterised in groups of kGroupM block rows (tile_coord): the blocks resident
 //    at one time share A's and B's tiles in L2.
 namespace v4tuned {
@@ -258,9 +260,10 @@ __host__ __device__ inline RowCol warp_origin(int warp) {
   return {(warp / kWarpsN) * WM, (warp % kWarpsN) * WN};
 }
 // ldmatrix.x4 of A's m16 fragment i at k step ks (k = 16 ks .. 16 ks + 15): lane's half offset
-// is a_load(a_load_base(warp, lane), i, ks). The base is the lane's row at k step 0; 16 ks halves
-// is 2 ks chunks, which XOR into the chunk bits (the lane's chunk is 0 or 1, so adding 2 ks is
-// XOR-ing it); 16 rows down is + 16 BK.
+// is a_load(a_load_base(warp, lane), i, ks). The base is the lane's address at k step 0; 16 ks
+// halves is 2 ks chunks, and moving a lane's logical chunk by 2 ks moves its physical chunk by
+// an XOR with 2 ks (the lane's own chunk never reaches bit 1; the CPU tests check every case);
+// 16 rows down is + 16 BK.
 __host__ __device__ inline int a_load_base(int warp, int lane) {
   const RowCol la = ldmatrix_a_address(lane);
   return swizzled_offset(warp_origin(warp).row + la.row, la.col, BK);
@@ -455,17 +458,59 @@ constexpr double kFp32U = 1.0 / (1 << 24);
 
 // ---------------------------------------------------------------- exercises (exercise.cu)
 //
-// Exercise 1: the C/D fragment of mma.m16n8k16 (the row and column of accumulator element i of
-//   lane `lane`), as mma_c_element above, written by you: used by the tests to place every
-//   value of a warp's accumulators.
-RowCol ex_mma_c_element(int lane, int i);
-// Exercise 2: the XOR swizzle for tiles of 8 chunks (64 halves) per row: physical chunk of
-//   logical chunk `chunk` in row `row`. Must be a bijection within each row and put 8
-//   consecutive rows' same logical chunk into 8 different bank groups.
-int ex_swizzle_chunk_8(int row, int chunk);
-// Exercise 3: the pipeline bookkeeping of a `stages`-deep ring over `tiles` K tiles: the stage
-//   of `tile`, and the tile issued at `iteration` (-1 if none), as described above.
-int ex_pipeline_stage(int tile, int stages);
-int ex_pipeline_tile_issued(int iteration, int stages, int tiles);
+// The exercises write pieces of two real GEMMs; each stub's comment in exercise.cu is its
+// contract. The test binary lesson10_exercise_tests runs your exercise.cu; lesson10_tests, the
+// lesson binary and the benchmark run the solutions (solutions.cuh, solutions_sm90.cu), and
+// the course's own kernels v1..v7 never call the ex_ functions.
+//
+// Exercise 1: the shared-memory addresses of an mma.sync kernel whose tiles are XOR-swizzled:
+//   where element (row, col) of a tile with rows of `row_halves` halves is stored, and which
+//   address each lane gives ldmatrix.x4 for A's 16x16 fragment at (row0, k0) of its tile and for
+//   B's 16 (k) x 16 (n) block at (k0, n0) of its tile (read with .trans). Offsets in halves.
+__host__ __device__ int ex_swizzled_offset(int row, int col, int row_halves);
+__host__ __device__ int ex_ldmatrix_a_offset(int lane, int row0, int k0, int row_halves);
+__host__ __device__ int ex_ldmatrix_b_offset(int lane, int k0, int n0, int row_halves);
+// Exercise 2: ex_cp_async_ring, the K loop of a cp.async ring: a device function template,
+//   declared and written in exercise.cu.
+// Exercise 3: ex_wgmma_consumer, a consumer warp group's K loop in a Hopper TMA + wgmma kernel:
+//   a device function template in exercise.cu, compiled for sm_90a only.
+
+// The GEMM of exercises 1 and 2 (exercise_kernels.cuh): mma.sync.m16n8k16 fed by ldmatrix, a
+// 128x128 block tile, K tiles of 64, 8 warps of 64x32, `stages` shared-memory stages of 32 KiB.
+// Its cp.async writes and ldmatrix reads use your exercise 1 addresses; its K loop is v3's (load,
+// wait, multiply) for stages == 1 and your exercise 2 ring for stages 2..4. Same conventions and
+// errors as tensor_gemm(3, ...), plus std::invalid_argument for stages outside 1..4 and
+// NotSupported where the GPU grants one block less shared memory than the stages need (4 stages:
+// 128 KiB). It waits for its kernel (cudaStreamSynchronize on `stream`) and throws
+// std::runtime_error if your functions gave an address outside the tile or not 16-byte aligned,
+// or a stage or tile index outside the ring (the kernel does not use those).
+template <class In, class Out>
+void gemm_exercise_mma(int stages, int M, int N, int K, float alpha, const In* A, const In* B,
+                       float beta, Out* C, const float* bias = nullptr,
+                       Activation act = Activation::none, cudaStream_t stream = nullptr);
+// The GEMM of exercise 3 (exercise_kernels_sm90.cuh): v6's structure (a 128x256 tile, TMA into a
+// 4-stage ring of 48 KiB, one producer warp group, two consumer warp groups issuing
+// wgmma.m64n256k16) with your consumer loop. In: __half or __nv_bfloat16; C: FP32. Same
+// conventions and errors as tensor_gemm(6, ...) (NotSupported off compute capability 9.0 or
+// without sm_90a code). It waits for its kernel and throws std::runtime_error if a barrier wait
+// gave up after 2 seconds (the producer waiting for a stage nobody released, or a consumer for
+// a stage that never filled); C is then wrong.
+template <class In>
+void gemm_exercise_wgmma(int M, int N, int K, float alpha, const In* A, const In* B, float beta,
+                         float* C, const float* bias = nullptr, Activation act = Activation::none,
+                         cudaStream_t stream = nullptr);
+
+// What the two call after their argument checks: defined with the kernels, in whichever build
+// compiles them (exercise build: exercise.cu, which includes exercise_kernels.cuh, and
+// exercise_sm90.cu; lesson build: solutions.cuh and solutions_sm90.cu).
+namespace exercise_detail {
+int mma_smem_bytes(int stages);
+template <class In, class Out>
+void launch_mma(int stages, int M, int N, int K, float alpha, const In* A, const In* B, float beta,
+                Out* C, const float* bias, Activation act, cudaStream_t stream);
+template <class In>
+void launch_wgmma(int M, int N, int K, float alpha, const In* A, const In* B, float beta, float* C,
+                  const float* bias, Activation act, cudaStream_t stream);
+}  // namespace exercise_detail
 
 }  // namespace lesson10

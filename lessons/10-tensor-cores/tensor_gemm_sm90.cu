@@ -3,7 +3,7 @@
 // is in tensor_gemm.cuh; tensor_gemm(5, ...) and tensor_gemm(6, ...) check the arguments and the
 // GPU, then call gemm_v5_wgmma / gemm_v6_wgmma_128x256 here. v6 is v5 with the known Hopper
 // steps, listed where it starts below; both share the barrier, TMA, descriptor and tensor-map
-// helpers.
+// helpers of wgmma.cuh, and the consumers' K loop of solutions_sm90.cuh (exercise 3's answer).
 //
 // v5's kernel (one 128x128 tile of C per block, 384 threads = 3 warp groups):
 //   warp group 0, the producer: one thread issues TMA loads (cp.async.bulk.tensor.2d) of A's
@@ -13,8 +13,8 @@
 //   warp groups 1 and 2, the consumers: each owns 64 rows of the tile; per stage it waits on
 //     "full", issues 4 wgmma.m64n128k16 (K = 64) reading A and B straight from shared memory
 //     through matrix descriptors, waits for them, and arrives on "empty".
-// Shared memory layouts are TMA's 128-byte swizzle (16-byte chunk c of row r stored at c ^ (r % 8),
-// the swizzle_chunk of the header for 8 chunks per row), which wgmma reads natively:
+// Shared memory layouts are TMA's 128-byte swizzle (the 16-byte chunks of each 128-byte row
+// permuted as swizzle_chunk does for 8 chunks per row), which wgmma reads natively:
 //   A: K-major (k contiguous), 128 rows of 128 bytes; descriptor SWIZZLE_128B, SBO = 1024 bytes
 //      (8 rows), LBO unused; the k-th 16-wide slice starts 32 bytes further.
 //   B: MN-major (n contiguous) as row-major B lies; wgmma's transpose-B flag (imm-trans-b = 1,
@@ -32,7 +32,9 @@
 
 #include "common/cuda_check.hpp"
 #include "epilogue.cuh"
+#include "solutions_sm90.cuh"  // consume_k_tiles: the consumers' K loop (exercise 3's answer)
 #include "tensor_gemm.cuh"
+#include "wgmma.cuh"
 
 namespace lesson10 {
 using namespace detail;
@@ -43,177 +45,6 @@ constexpr int kATileBytes = BM * BK * 2;                   // 16 KiB
 constexpr int kBBoxBytes = BK * 64 * 2;                    // 8 KiB: 64 k rows x 64 columns
 constexpr int kStageBytes = kATileBytes + 2 * kBBoxBytes;  // 32 KiB
 constexpr int kSmemBytes = kStages * kStageBytes + 1024 /* alignment */ + 256 /* barriers */;
-
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-#define LESSON10_SM90A 1
-#endif
-
-__device__ __forceinline__ unsigned smem_addr(const void* p) {
-  return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}
-
-#ifdef LESSON10_SM90A
-__device__ __forceinline__ void mbar_init(std::uint64_t* bar, unsigned count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(count));
-}
-__device__ __forceinline__ void mbar_expect_tx(std::uint64_t* bar, unsigned bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_addr(bar)),
-               "r"(bytes));
-}
-__device__ __forceinline__ void mbar_arrive(std::uint64_t* bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_addr(bar)));
-}
-__device__ __forceinline__ void mbar_wait(std::uint64_t* bar, int parity) {
-  asm volatile(
-      "{\n.reg .pred done;\nLAB_WAIT:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-      "@!done bra LAB_WAIT;\n}\n" ::"r"(smem_addr(bar)),
-      "r"(parity));
-}
-__device__ __forceinline__ void tma_load_2d(void* dst, const CUtensorMap* map, int c0, int c1,
-                                            std::uint64_t* bar) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
-      " [%0], [%1, {%2, %3}], [%4];\n" ::"r"(smem_addr(dst)),
-      "l"(reinterpret_cast<std::uint64_t>(map)), "r"(c0), "r"(c1), "r"(smem_addr(bar))
-      : "memory");
-}
-
-// The dynamic shared memory rounded up to 1024 bytes: the 128-byte swizzle repeats every 8 rows
-// of 128 bytes, and TMA and wgmma both compute it from address bits, so each stage base (and each
-// tile in it) must sit on a 1024-byte boundary.
-__device__ __forceinline__ unsigned char* align_1024(unsigned char* p) {
-  return reinterpret_cast<unsigned char*>((reinterpret_cast<std::uintptr_t>(p) + 1023) &
-                                          ~static_cast<std::uintptr_t>(1023));
-}
-// A ring of `stages` (full, empty) barrier pairs: "full" completes on the producer's
-// arrive.expect_tx plus the TMA bytes, "empty" on one arrive per consumer warp group. Thread 0
-// initialises them; the fence makes the initialisation visible to the async proxy (TMA) before
-// the __syncthreads that follows.
-__device__ __forceinline__ void init_ring(std::uint64_t* full, std::uint64_t* empty, int stages,
-                                          unsigned consumers) {
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < stages; ++s) {
-      mbar_init(&full[s], 1);
-      mbar_init(&empty[s], consumers);
-    }
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-  }
-}
-
-// The wgmma shared-memory matrix descriptor (PTX ISA, "Matrix Descriptor Format"): start address,
-// leading and stride byte offsets, all >> 4, in bits 0-13, 16-29, 32-45; bits 62-63 = 1: 128B
-// swizzle.
-__device__ __forceinline__ std::uint64_t make_desc(unsigned smem_byte_addr, unsigned lbo,
-                                                   unsigned sbo) {
-  std::uint64_t d = 0;
-  d |= static_cast<std::uint64_t>((smem_byte_addr & 0x3FFFF) >> 4);
-  d |= static_cast<std::uint64_t>((lbo & 0x3FFFF) >> 4) << 16;
-  d |= static_cast<std::uint64_t>((sbo & 0x3FFFF) >> 4) << 32;
-  d |= static_cast<std::uint64_t>(1) << 62;
-  return d;
-}
-
-// wgmma.mma_async m64n128k16, D (64 FP32 registers per thread) += A (descriptor) * B (descriptor,
-// transposed: N-major); scale_d == 0 would ignore D. T is the PTX type, "f16" or "bf16".
-#define LESSON10_WGMMA_128(T)                                                                      \
-  asm volatile(                                                                                    \
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"                                                 \
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32." T "." T                                       \
-      " "                                                                                          \
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, "     \
-      "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, " \
-      "%37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, " \
-      "%55, %56, %57, %58, %59, %60, %61, %62, %63}, "                                             \
-      "%64, %65, p, 1, 1, 0, 1;\n}\n"                                                              \
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),        \
-        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),    \
-        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), \
-        "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), \
-        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), \
-        "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), \
-        "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), \
-        "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), \
-        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), \
-        "+f"(d[63])                                                                                \
-      : "l"(desc_a), "l"(desc_b), "r"(scale_d));
-
-template <class In>
-__device__ __forceinline__ void wgmma_128(float (&d)[64], std::uint64_t desc_a,
-                                          std::uint64_t desc_b, int scale_d) {
-  if constexpr (std::is_same<In, __half>::value) {
-    LESSON10_WGMMA_128("f16");
-  } else {
-    LESSON10_WGMMA_128("bf16");
-  }
-}
-
-// wgmma.mma_async m64n256k16 for v6: D (128 FP32 registers per thread) += A * B, both from shared
-// memory, B transposed (N-major) as in v5. The operand list is built 8 registers at a time.
-#define LESSON10_D8(i)                                                                        \
-  "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), \
-      "+f"(d[i + 6]), "+f"(d[i + 7])
-#define LESSON10_WGMMA_256(T)                                                                  \
-  asm volatile(                                                                                \
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"                                            \
-      "wgmma.mma_async.sync.aligned.m64n256k16.f32." T "." T                                   \
-      " "                                                                                      \
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, " \
-      "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, "  \
-      "%36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, "  \
-      "%53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, "  \
-      "%70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, "  \
-      "%87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, "    \
-      "%103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, "   \
-      "%117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, "                    \
-      "%128, %129, p, 1, 1, 0, 1;\n}\n"                                                        \
-      : LESSON10_D8(0), LESSON10_D8(8), LESSON10_D8(16), LESSON10_D8(24), LESSON10_D8(32),     \
-        LESSON10_D8(40), LESSON10_D8(48), LESSON10_D8(56), LESSON10_D8(64), LESSON10_D8(72),   \
-        LESSON10_D8(80), LESSON10_D8(88), LESSON10_D8(96), LESSON10_D8(104), LESSON10_D8(112), \
-        LESSON10_D8(120)                                                                       \
-      : "l"(desc_a), "l"(desc_b), "r"(scale_d));
-
-template <class In>
-__device__ __forceinline__ void wgmma_256(float (&d)[128], std::uint64_t desc_a,
-                                          std::uint64_t desc_b, int scale_d) {
-  if constexpr (std::is_same<In, __half>::value) {
-    LESSON10_WGMMA_256("f16");
-  } else {
-    LESSON10_WGMMA_256("bf16");
-  }
-}
-
-// Keeps the compiler from moving reads or writes of the accumulators across this point (the
-// wgmma asm tells it d is written at issue; the hardware writes it until the wait): CUTLASS's
-// warpgroup_fence_operand.
-template <int N>
-__device__ __forceinline__ void pin_registers(float (&d)[N]) {
-#pragma unroll
-  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
-}
-
-// One stage (K = 64) as four k16 wgmma committed as one group, A and B from shared memory:
-//   A K-major, 128-byte rows: SBO 1024 bytes per 8 rows (LBO unused), +32 bytes per k16 slice;
-//   B N-major through the transpose flag: LBO = kBBoxBytes from one 64-column box to the next
-//   (an m64n128 reads two boxes, an m64n256 four), SBO 1024 bytes per 8 k rows, +2048 bytes
-//   (16 rows of 128 bytes) per k16 slice.
-// d: 64 accumulators (m64n128k16, v5) or 128 (m64n256k16, v6).
-template <class In, int N>
-__device__ __forceinline__ void wgmma_stage(float (&d)[N], unsigned a_base, unsigned b_base) {
-  static_assert(N == 64 || N == 128, "m64n128k16 or m64n256k16");
-  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-#pragma unroll
-  for (int k = 0; k < BK / 16; ++k) {
-    const std::uint64_t desc_a = make_desc(a_base + k * 32, 16, 1024);
-    const std::uint64_t desc_b = make_desc(b_base + k * 16 * 128, kBBoxBytes, 1024);
-    if constexpr (N == 64)
-      wgmma_128<In>(d, desc_a, desc_b, 1);
-    else
-      wgmma_256<In>(d, desc_a, desc_b, 1);
-  }
-  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-}
-#endif  // LESSON10_SM90A
 
 template <class In, class Out>
 __global__ void __launch_bounds__(kThreads, 1)
@@ -251,18 +82,10 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
     for (int i = 0; i < 64; ++i) d[i] = 0.0f;
     const int rows = (wg - 1) * 64;  // this consumer's 64 rows of the tile
-    for (int t = 0; t < tiles; ++t) {
-      const int s = pipeline_stage(t, kStages);
-      mbar_wait(&full[s], pipeline_phase(t, kStages));
-      const unsigned a_base = smem_addr(smem + s * kStageBytes) + rows * 128;
-      const unsigned b_base = smem_addr(smem + s * kStageBytes + kATileBytes);
-      wgmma_stage<In>(d, a_base, b_base);
-      asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-      // The compiler sees d written by the wgmma asm, not by the wait: pin every accumulator
-      // register behind the wait so no read of d (the epilogue) is scheduled before it.
-      pin_registers(d);
-      if (tid_in_wg == 0) mbar_arrive(&empty[s]);
-    }
+    // Per stage: wait until it is full, issue its four wgmma, wait for them, release the stage
+    // (solutions_sm90.cuh; v5 waits for every stage's wgmma before the next: kInFlight 0).
+    consume_k_tiles<In, 0, kStages, kStageBytes, kATileBytes>(d, full, empty, smem, rows, 0, tiles,
+                                                              tid_in_wg == 0);
     // Accumulator layout of m64nNk16 (PTX ISA, "Register fragment for D"): warp w of the group
     // owns rows 16w..16w+15, and per 8 columns j its registers 4j..4j+3 are mma_c_element's.
     const int warp = tid_in_wg / 32, lane = tid_in_wg % 32;
@@ -314,32 +137,6 @@ constexpr int kSmemBytes = kStages * kStageBytes + 1024 /* alignment */ + 256 /*
 static_assert(kSmemBytes <= 227 * 1024, "v6's ring must fit in a block's shared memory");
 static_assert(kBBoxBytes == BK * 64 * 2, "B's boxes are BK rows of 64 columns");
 }  // namespace v6cfg
-
-// One warp's 16 rows x 256 columns of accumulators to C through the epilogue, rows from m0 and
-// columns from n0. Accumulator layout of m64nNk16 (PTX ISA, "Register fragment for D"): warp w of
-// the group owns rows 16w..16w+15 and, per 8 columns j, its registers 4j..4j+3 are
-// mma_c_element's: column pairs (4j, 4j+1) in row lane/4 and (4j+2, 4j+3) eight rows below.
-// kPairs: one store per pair (store_two; C aligned to two elements). N is a multiple of 8 and n
-// even, so n < N implies n + 1 < N.
-template <bool kPairs, class Out>
-__device__ __forceinline__ void write_rows(const Epilogue& e, Out* C, int M, int N, int m0, int n0,
-                                           int lane, const float (&d)[128]) {
-#pragma unroll
-  for (int j = 0; j < 32; ++j)
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const RowCol rc = mma_c_element(lane, 2 * h);
-      const int m = m0 + rc.row, n = n0 + j * 8 + rc.col;
-      if (m >= M || n >= N) continue;
-      const float v0 = d[j * 4 + 2 * h], v1 = d[j * 4 + 2 * h + 1];
-      if (kPairs) {
-        store_two(e, C, N, m, n, v0, v1);
-      } else {
-        store_one(e, C, N, m, n, v0);
-        if (n + 1 < N) store_one(e, C, N, m, n + 1, v1);
-      }
-    }
-}
 
 // v6's write-out through shared memory (kStaged): when the block's one tile is done, the ring is
 // free (every TMA load was waited for, every wgmma has finished reading), so the two consumer
@@ -450,22 +247,11 @@ __global__ void __launch_bounds__(v6cfg::kThreads, 1)
 #pragma unroll
       for (int i = 0; i < 128; ++i) d[i] = 0.0f;
       pin_registers(d);
-      for (int kt = 0; kt < k_tiles; ++kt, ++it) {
-        const int s = pipeline_stage(it, kStages);
-        mbar_wait(&full[s], pipeline_phase(it, kStages));
-        const unsigned a_base = smem_addr(smem + s * kStageBytes) + rows * 128;
-        const unsigned b_base = smem_addr(smem + s * kStageBytes + kATileBytes);
-        pin_registers(d);
-        wgmma_stage<In>(d, a_base, b_base);  // the same descriptors: 256 columns = 4 boxes
-        // At most this stage's group still runs: the previous stage's group is done reading
-        // shared memory, so that stage goes back to the producer.
-        asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
-        pin_registers(d);
-        if (kt > 0 && tid_in_wg == 0) mbar_arrive(&empty[pipeline_stage(it - 1, kStages)]);
-      }
-      asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-      pin_registers(d);
-      if (k_tiles > 0 && tid_in_wg == 0) mbar_arrive(&empty[pipeline_stage(it - 1, kStages)]);
+      // The K loop with one group of wgmma kept in flight (kInFlight 1: wait_group 1, release
+      // the previous stage), the same descriptors as v5 (256 columns = 4 boxes): see
+      // solutions_sm90.cuh, exercise 3's answer.
+      it = consume_k_tiles<In, 1, kStages, kStageBytes, kATileBytes>(d, full, empty, smem, rows, it,
+                                                                     k_tiles, tid_in_wg == 0);
       if constexpr (kStaged) {
         write_tile_staged(e, C, M, N, bm, bn, rows, warp, lane, d, reinterpret_cast<float*>(smem),
                           store_pairs);
@@ -484,46 +270,6 @@ __global__ void __launch_bounds__(v6cfg::kThreads, 1)
 #endif
 }
 
-// cuTensorMapEncodeTiled through the runtime's driver entry point (no link against libcuda,
-// like common/driver_api.hpp).
-using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*,
-                                 const cuuint64_t*, const cuuint64_t*, const cuuint32_t*,
-                                 const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,
-                                 CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-EncodeTiled encode_tiled() {
-  static EncodeTiled fn = [] {
-    void* p = nullptr;
-    cudaDriverEntryPointQueryResult q{};
-    CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000,
-                                                cudaEnableDefault, &q));
-    if (q != cudaDriverEntryPointSuccess || p == nullptr)
-      throw NotSupported("gemm_v5_wgmma: the driver has no cuTensorMapEncodeTiled");
-    return reinterpret_cast<EncodeTiled>(p);
-  }();
-  return fn;
-}
-
-// A rows x cols row-major matrix of 16-bit elements, read in boxes of box_rows x 64 columns
-// (64 x 2 bytes = 128 bytes: the 128B swizzle's limit on the inner box size).
-template <class In>
-CUtensorMap make_map(const In* base, int rows, int cols, int box_rows) {
-  CUtensorMap map{};
-  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows)};
-  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(cols) * 2};
-  const cuuint32_t box[2] = {64, static_cast<cuuint32_t>(box_rows)};
-  const cuuint32_t elem[2] = {1, 1};
-  const CUtensorMapDataType t = std::is_same<In, __half>::value ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
-                                                                : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
-  const CUresult r =
-      encode_tiled()(&map, t, 2, const_cast<In*>(base), dims, strides, box, elem,
-                     CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                     CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (r != CUDA_SUCCESS)
-    throw std::invalid_argument("gemm_v5_wgmma: cuTensorMapEncodeTiled refused a " +
-                                std::to_string(rows) + " x " + std::to_string(cols) +
-                                " matrix (error " + std::to_string(static_cast<int>(r)) + ")");
-  return map;
-}
 }  // namespace
 
 bool sm90_kernels_built() {

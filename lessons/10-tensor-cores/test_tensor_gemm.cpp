@@ -73,10 +73,6 @@ TEST_CASE("mma.m16n8k16 C fragment matches the PTX ISA table and covers 16x8 onc
   check_c_fragment(mma_c_element);
 }
 
-TEST_CASE("exercise 1: the C fragment of mma.m16n8k16", "[cpu][ex1]") {
-  check_c_fragment(ex_mma_c_element);
-}
-
 TEST_CASE("mma.m16n8k16 A and B fragments: PTX ISA samples, each element once", "[cpu]") {
   // a0..a7 of lane 6 (group 1, t 2): rows 1, 1, 9, 9, 1, 1, 9, 9; cols 4, 5, 4, 5, 12, 13, 12, 13.
   const int arow[8] = {1, 1, 9, 9, 1, 1, 9, 9}, acol[8] = {4, 5, 4, 5, 12, 13, 12, 13};
@@ -194,24 +190,120 @@ TEST_CASE("the XOR swizzle is a bijection of each row and conflict-free; plain r
   }
 }
 
-TEST_CASE("exercise 2: the 8-chunk XOR swizzle is a bijection and conflict-free", "[cpu][ex2]") {
-  for (int r = 0; r < 64; ++r) {
-    std::set<int> phys;
-    for (int c = 0; c < 8; ++c) {
-      const int p = ex_swizzle_chunk_8(r, c);
-      REQUIRE(p >= 0);
-      REQUIRE(p < 8);
-      phys.insert(p);
+// ---------------------------------------------------------------- CPU: exercise 1
+
+namespace {
+// The layout ex_swizzled_offset gives a tile of `rows` rows of `row_halves` halves: at[offset] is
+// the logical (row, col) stored there. An empty string if it meets exercise 1's contract (chunks
+// whole, each row a permutation of its own chunks), else what is wrong, at the first place.
+std::string exercise_layout(int rows, int row_halves, std::vector<RowCol>* at) {
+  at->assign(static_cast<std::size_t>(rows) * row_halves, RowCol{-1, -1});
+  for (int r = 0; r < rows; ++r)
+    for (int c = 0; c < row_halves; ++c) {
+      const int off = ex_swizzled_offset(r, c, row_halves);
+      const int chunk = ex_swizzled_offset(r, c - c % 8, row_halves);
+      const std::string where = "ex_swizzled_offset(" + std::to_string(r) + ", " +
+                                std::to_string(c) + ", " + std::to_string(row_halves) +
+                                ") = " + std::to_string(off);
+      if (off < r * row_halves || off >= (r + 1) * row_halves)
+        return where + ": outside row " + std::to_string(r) + "'s own halves";
+      if (chunk % 8 != 0 || off != chunk + c % 8)
+        return where + ": the 16-byte chunk is not kept whole and in order";
+      if ((*at)[off].row != -1)
+        return where + ": also the offset of (" + std::to_string((*at)[off].row) + ", " +
+               std::to_string((*at)[off].col) + ")";
+      (*at)[off] = {r, c};
     }
-    CHECK(phys.size() == 8);
+  return "";
+}
+}  // namespace
+
+TEST_CASE("exercise 1: ex_swizzled_offset permutes each row's chunks, conflict-free",
+          "[cpu][ex1]") {
+  for (const int row_halves : {64, 128, 256}) {
+    INFO("rows of " << row_halves << " halves");
+    std::vector<RowCol> at;
+    CHECK(exercise_layout(64, row_halves, &at) == "");
+    const auto off = [&](int r, int c) { return ex_swizzled_offset(r, c, row_halves); };
+    // The kernel's two access patterns, one phase of 8 chunks each: 1 = conflict-free.
+    CHECK(worst_ldmatrix_ways(64, row_halves, off) == 1);  // one chunk of 8 rows (ldmatrix)
+    CHECK(worst_store_ways(64, row_halves, off) == 1);     // 8 chunks in a row (cp.async)
   }
-  const auto off = [](int r, int c) { return r * 64 + ex_swizzle_chunk_8(r, c / 8) * 8 + c % 8; };
-  CHECK(worst_ldmatrix_ways(64, 64, off) == 1);
-  CHECK(worst_store_ways(64, 64, off) == 1);
-  // TMA's CU_TENSOR_MAP_SWIZZLE_128B is this pattern (CUDA Programming Guide, TMA swizzle): chunk
-  // c of row r sits at c ^ (r % 8); v5 relies on it through swizzle_chunk.
-  for (int r = 0; r < 16; ++r)
-    for (int c = 0; c < 8; ++c) CHECK(ex_swizzle_chunk_8(r, c) == swizzle_chunk(r, c, 8));
+}
+
+TEST_CASE("exercise 1: ldmatrix at your lane addresses delivers exactly mma's A and B fragments",
+          "[cpu][ex1]") {
+  // A's stage (128 rows of 64 halves) and B's (64 rows of 128), as the exercise kernel has them,
+  // and twice as wide.
+  struct Operand {
+    bool b;  // B: ex_ldmatrix_b_offset and .trans; else A
+    int rows, row_halves;
+  };
+  for (const Operand& o : {Operand{false, 128, 64}, Operand{false, 64, 128}, Operand{true, 64, 128},
+                           Operand{true, 64, 256}}) {
+    INFO((o.b ? "B" : "A") << ": a stage of " << o.rows << " rows of " << o.row_halves
+                           << " halves");
+    std::vector<RowCol> at;
+    // The addresses are read through your swizzle: it must be right first.
+    REQUIRE(exercise_layout(o.rows, o.row_halves, &at) == "");
+    // Every fragment origin: A's (row0, k0) over its rows and 64 k; B's (k0, n0) over 64 k and
+    // its columns. The first thing wrong, if any.
+    std::string bad;
+    for (int r0 = 0; r0 < (o.b ? 64 : o.rows) && bad.empty(); r0 += 16)
+      for (int c0 = 0; c0 < (o.b ? o.row_halves : 64) && bad.empty(); c0 += 16) {
+        const std::string at_origin =
+            std::string(o.b ? "ex_ldmatrix_b_offset" : "ex_ldmatrix_a_offset") +
+            " for the fragment at (" + std::to_string(r0) + ", " + std::to_string(c0) + "): ";
+        std::vector<int> offs(32);
+        std::vector<RowCol> logical(32);
+        for (int lane = 0; lane < 32 && bad.empty(); ++lane) {
+          const int off = o.b ? ex_ldmatrix_b_offset(lane, r0, c0, o.row_halves)
+                              : ex_ldmatrix_a_offset(lane, r0, c0, o.row_halves);
+          offs[lane] = off;
+          if (off < 0 || off >= o.rows * o.row_halves || off % 8 != 0)
+            bad = "lane " + std::to_string(lane) + ": offset " + std::to_string(off) +
+                  " is outside the stage or not 16-byte aligned";
+          else
+            logical[lane] = at[off];
+        }
+        // Matrix j's rows come from lanes 8j..8j+7: 8 consecutive rows at one column.
+        for (int j = 0; j < 4 && bad.empty(); ++j)
+          for (int i = 1; i < 8; ++i)
+            if (logical[8 * j + i].row != logical[8 * j].row + i ||
+                logical[8 * j + i].col != logical[8 * j].col)
+              bad = "lanes " + std::to_string(8 * j) + ".." + std::to_string(8 * j + 7) +
+                    " do not point at 8 consecutive rows of one column, as ex_swizzled_offset "
+                    "stored them (the rows of matrix " +
+                    std::to_string(j) + ")";
+        for (int lane = 0; lane < 32 && bad.empty(); ++lane)
+          for (int j = 0; j < 4; ++j)
+            for (int h = 0; h < 2; ++h) {
+              const RowCol got = ldmatrix_element(lane, h, logical[8 * j], o.b);
+              RowCol want{};
+              if (o.b) {  // register j: b_{2 (j % 2) + h} of the n columns 8 (j / 2)..
+                const RowCol e = mma_b_element(lane, 2 * (j % 2) + h);
+                want = {r0 + e.row, c0 + e.col + 8 * (j / 2)};
+              } else {  // register j, half h: a_{2j + h}
+                const RowCol e = mma_a_element(lane, 2 * j + h);
+                want = {r0 + e.row, c0 + e.col};
+              }
+              if (bad.empty() && (got.row != want.row || got.col != want.col))
+                bad = "lane " + std::to_string(lane) + " register " + std::to_string(j) + " half " +
+                      std::to_string(h) + " would hold (" + std::to_string(got.row) + ", " +
+                      std::to_string(got.col) + "), mma wants (" + std::to_string(want.row) + ", " +
+                      std::to_string(want.col) + ")";
+            }
+        for (int q = 0; q < 4 && bad.empty(); ++q) {  // one phase per matrix: 8 bank groups
+          std::vector<int> bytes;
+          for (int l = 8 * q; l < 8 * q + 8; ++l) bytes.push_back(2 * offs[l]);
+          if (phase_ways(bytes) != 1)
+            bad = "matrix " + std::to_string(q) + "'s 8 rows share bank groups (" +
+                  std::to_string(phase_ways(bytes)) + "-way conflict)";
+        }
+        if (!bad.empty()) bad = at_origin + bad;
+      }
+    CHECK(bad == "");
+  }
 }
 
 // ---------------------------------------------------------------- CPU: v4's tuned tile
@@ -352,10 +444,6 @@ void check_pipeline(int (*stage)(int, int), int (*issued)(int, int, int)) {
 
 TEST_CASE("the cp.async ring never overwrites a stage that may still be read", "[cpu]") {
   check_pipeline(pipeline_stage, pipeline_tile_issued);
-}
-
-TEST_CASE("exercise 3: the pipeline's stage and issue indices", "[cpu][ex3]") {
-  check_pipeline(ex_pipeline_stage, ex_pipeline_tile_issued);
 }
 
 TEST_CASE("mbarrier phases: a stage's k-th completion has parity k % 2", "[cpu]") {
@@ -879,4 +967,100 @@ TEST_CASE("baselines: cublasGemmEx and cuBLASLt (bias + ReLU/GELU) vs FP64", "[g
         },
         true);
   }
+}
+
+// ---------------------------------------------------------------- GPU: the exercises' GEMMs
+
+namespace {
+// gemm_exercise_mma needs what v3 needs; on an older GPU the test says so (the stubs-fail check
+// of exercise 2 reads that line as "skipped").
+bool exercise_mma_supported(int exercise) {
+  std::string why;
+  if (version_supported(3, DType::f16, &why)) return true;
+  WARN("exercise " << exercise << " needs compute capability 8.0 (mma.sync, cp.async): " << why);
+  return false;
+}
+
+template <class In, class Out>
+void check_exercise_mma(int stages, int M, int N, int K, float alpha, float beta, Activation act) {
+  INFO(stages << (stages == 1 ? " stage (exercise 1)" : " stages (exercise 2)"));
+  check_against_reference<In, Out>(M, N, K, alpha, beta, act != Activation::none, act,
+                                   [&](const In* A, const In* B, Out* C, const float* bias) {
+                                     gemm_exercise_mma(stages, M, N, K, alpha, A, B, beta, C, bias,
+                                                       act);
+                                   });
+}
+}  // namespace
+
+// Off the 128x128 tile and the K tiles of 64; a single row; several K tiles.
+TEST_CASE("exercise 1: the mma.sync GEMM on your addresses, every element vs FP64", "[gpu][ex1]") {
+  if (!exercise_mma_supported(1)) return;
+  const std::vector<Case> cases = {
+      {8, 8, 8}, {1, 8, 64}, {129, 136, 72}, {200, 264, 520}, {256, 256, 128}};
+  for (const Case& c : cases) {
+    check_exercise_mma<__half, float>(1, c.M, c.N, c.K, 1.0f, 0.0f, Activation::none);
+    check_exercise_mma<__nv_bfloat16, __nv_bfloat16>(1, c.M, c.N, c.K, 1.5f, -0.5f,
+                                                     Activation::none);
+  }
+  check_exercise_mma<__half, __half>(1, 129, 264, 136, 1.0f, 0.5f, Activation::relu);
+  check_exercise_mma<__nv_bfloat16, float>(1, 200, 136, 72, 1.0f, 0.0f, Activation::gelu);
+}
+
+// K from one tile to 17 (fewer tiles than stages, exactly as many, a ring that wraps several
+// times, a partial last tile), for each depth of the ring.
+TEST_CASE("exercise 2: your cp.async ring with 2, 3 and 4 stages, every element vs FP64",
+          "[gpu][ex2]") {
+  if (!exercise_mma_supported(2)) return;
+  int device = 0, optin = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  for (const int stages : {2, 3, 4}) {
+    if (exercise_detail::mma_smem_bytes(stages) > optin) {
+      WARN(stages << " stages need more shared memory per block than this GPU grants: skipped");
+      continue;
+    }
+    for (const int K : {64, 128, 192, 256, 320, 1000, 1088})
+      check_exercise_mma<__half, float>(stages, 129, 136, K, 1.0f, 0.0f, Activation::none);
+    check_exercise_mma<__nv_bfloat16, __nv_bfloat16>(stages, 257, 264, 520, 1.5f, -0.5f,
+                                                     Activation::none);
+    check_exercise_mma<__half, __half>(stages, 200, 512, 136, 1.0f, 0.0f, Activation::gelu);
+  }
+}
+
+TEST_CASE("the exercise GEMMs check their arguments before any CUDA call", "[cpu]") {
+  __half* p = reinterpret_cast<__half*>(std::uintptr_t{256});  // never dereferenced
+  float* c = reinterpret_cast<float*>(std::uintptr_t{256});
+  CHECK_THROWS_WITH(gemm_exercise_mma(0, 8, 8, 8, 1.0f, p, p, 0.0f, c), Contains("stages"));
+  CHECK_THROWS_WITH(gemm_exercise_mma(5, 8, 8, 8, 1.0f, p, p, 0.0f, c), Contains("stages"));
+  CHECK_THROWS_WITH(gemm_exercise_mma(2, 8, 8, 12, 1.0f, p, p, 0.0f, c),
+                    Contains("multiples of 8"));
+  CHECK_THROWS_WITH(gemm_exercise_wgmma(8, 12, 8, 1.0f, p, p, 0.0f, c), Contains("multiples of 8"));
+  CHECK_NOTHROW(
+      gemm_exercise_mma<__half, float>(2, 0, 8, 8, 1.0f, nullptr, nullptr, 0.0f, nullptr));
+}
+
+// One K tile, exactly the 4 stages, a ring that wraps once and four times with a partial last
+// tile; edges off the 128x256 tile; a single row.
+TEST_CASE("exercise 3: the wgmma GEMM with your consumer loop, every element vs FP64",
+          "[gpu][ex3]") {
+  std::string why;
+  if (!version_supported(6, DType::f16, &why)) {
+    WARN("exercise 3 needs compute capability 9.0 (TMA, wgmma) and sm_90a code: " << why);
+    return;
+  }
+  const auto run = [](int M, int N, int K, float alpha, float beta, Activation act, auto in) {
+    using In = decltype(in);
+    check_against_reference<In, float>(M, N, K, alpha, beta, act != Activation::none, act,
+                                       [&](const In* A, const In* B, float* C, const float* bias) {
+                                         gemm_exercise_wgmma(M, N, K, alpha, A, B, beta, C, bias,
+                                                             act);
+                                       });
+  };
+  const std::vector<Case> cases = {{128, 256, 64},   {200, 264, 256}, {257, 520, 320},
+                                   {129, 256, 1000}, {1, 8, 520},     {300, 512, 136}};
+  for (const Case& c : cases) {
+    run(c.M, c.N, c.K, 1.0f, 0.0f, Activation::none, __half{});
+    run(c.M, c.N, c.K, 1.5f, -0.5f, Activation::none, __nv_bfloat16{});
+  }
+  run(300, 520, 136, 1.0f, 0.5f, Activation::gelu, __half{});
 }
