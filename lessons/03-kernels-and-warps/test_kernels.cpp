@@ -11,7 +11,9 @@
 #include <climits>
 #include <cmath>
 #include <cstdint>
+#include <map>
 #include <random>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -1024,6 +1026,204 @@ TEST_CASE("Exercise 3: occupancy by hand agrees with the runtime on this GPU",
               max_active_blocks_per_sm(kernel, b, d));
       }
     }
+  }
+}
+
+// ---- Exercise 3 against the runtime, on kernels whose registers and shared memory are chosen ----
+//
+// The lesson's kernels have no static shared memory and few distinct register counts. The kernels
+// here are PTX written by the test and compiled by the driver (cudaLibraryLoadData): entry
+// "occ_liveN" keeps N 32-bit values live at once (N volatile loads, then N volatile stores, which
+// may not be reordered), so it needs at least N registers; a static __shared__ array of a size
+// that is not a multiple of the allocation unit (1000, 4100 B); a .maxntid that lowers the
+// kernel's block limit. The oracle is the runtime alone: cudaFuncGetAttributes gives
+// occupancy_by_hand its inputs, cudaOccupancyMaxActiveBlocksPerMultiprocessor the answer (both
+// take a cudaKernel_t cast to const void*).
+
+namespace {
+struct PtxKernel {
+  const char* name;
+  int live_values;  // 32-bit values live at once: the kernel needs at least this many registers
+  int static_smem;  // bytes of static shared memory (0: none)
+  int maxntid;      // the .maxntid directive (0: none)
+};
+const PtxKernel kPtxKernels[] = {
+    {"occ_light", 1, 0, 0},
+    {"occ_smem_1000", 1, 1000, 0},
+    {"occ_live40_smem_4100", 40, 4100, 0},
+    {"occ_live72", 72, 0, 0},
+    {"occ_live160", 160, 0, 0},
+    {"occ_live232", 232, 0, 0},
+    {"occ_maxntid_200", 1, 0, 200},
+};
+
+std::string ptx_entry(const PtxKernel& k) {
+  std::ostringstream s;
+  s << ".visible .entry " << k.name << "(.param .u64 p)";
+  if (k.maxntid > 0) s << " .maxntid " << k.maxntid << ", 1, 1";
+  s << "\n{\n  .reg .b32 %v<" << k.live_values << ">;\n  .reg .b64 %a<2>;\n  .reg .b32 %t<3>;\n";
+  if (k.static_smem > 0) s << "  .shared .align 4 .b8 buf[" << k.static_smem << "];\n";
+  s << "  ld.param.u64 %a0, [p];\n  cvta.to.global.u64 %a1, %a0;\n";
+  for (int i = 0; i < k.live_values; ++i) {
+    s << "  ld.volatile.global.u32 %v" << i << ", [%a1+" << 4 * i << "];\n";
+  }
+  for (int i = 0; i < k.live_values; ++i) {
+    s << "  st.volatile.global.u32 [%a1+" << 4 * i << "], %v" << i << ";\n";
+  }
+  if (k.static_smem > 0) {  // a word of the array per thread, at a run-time index: all of it stays
+    s << "  mov.u32 %t0, %tid.x;\n  rem.u32 %t0, %t0, " << k.static_smem / 4 << ";\n"
+      << "  shl.b32 %t0, %t0, 2;\n  mov.u32 %t1, buf;\n  add.u32 %t1, %t1, %t0;\n"
+      << "  st.volatile.shared.u32 [%t1], %t0;\n  bar.sync 0;\n"
+      << "  ld.volatile.shared.u32 %t2, [%t1];\n  st.volatile.global.u32 [%a1], %t2;\n";
+  }
+  s << "  ret;\n}\n";
+  return s.str();
+}
+
+// The PTX module, loaded (JIT-compiled for this GPU) for the lifetime of the object.
+class PtxLibrary {
+ public:
+  PtxLibrary() {
+    std::string ptx = ".version 7.0\n.target sm_75\n.address_size 64\n\n";
+    for (const PtxKernel& k : kPtxKernels) ptx += ptx_entry(k);
+    CUDA_CHECK(
+        cudaLibraryLoadData(&library_, ptx.c_str(), nullptr, nullptr, 0, nullptr, nullptr, 0));
+  }
+  ~PtxLibrary() { cudaLibraryUnload(library_); }
+  PtxLibrary(const PtxLibrary&) = delete;
+  PtxLibrary& operator=(const PtxLibrary&) = delete;
+  const void* kernel(const char* name) const {
+    cudaKernel_t k = nullptr;
+    CUDA_CHECK(cudaLibraryGetKernel(&k, library_, name));
+    return reinterpret_cast<const void*>(k);
+  }
+
+ private:
+  cudaLibrary_t library_ = nullptr;
+};
+
+// cudaFuncGetAttributes, straight into occupancy_by_hand's input.
+KernelResources attributes_of(const void* func) {
+  cudaFuncAttributes a{};
+  CUDA_CHECK(cudaFuncGetAttributes(&a, func));
+  KernelResources k;
+  k.regs_per_thread = a.numRegs;
+  k.static_smem_bytes = static_cast<int>(a.sharedSizeBytes);
+  k.max_dynamic_smem_bytes = a.maxDynamicSharedSizeBytes;
+  k.max_threads_per_block = a.maxThreadsPerBlock;
+  k.local_bytes_per_thread = static_cast<int>(a.localSizeBytes);
+  return k;
+}
+
+// Dynamic shared memory sizes up to max_dynamic, mostly not multiples of the allocation unit:
+// fixed odd sizes, the limit itself, and the sizes (and their neighbours) at which rounding the
+// block's static + dynamic + reserved bytes up to the unit costs a block (smem_rounding_cases).
+std::vector<std::size_t> odd_dynamic_sizes(const SmLimits& sm, int static_smem, int max_dynamic) {
+  std::vector<std::size_t> sizes = {0,     1,     127,   129,   1000,   3333,   4097,
+                                    22276, 30001, 40000, 60001, 100003, 150001, 200003};
+  sizes.push_back(static_cast<std::size_t>(max_dynamic));
+  sizes.push_back(static_cast<std::size_t>(max_dynamic) - 1);
+  for (const auto& [blocks, dynamic] : smem_rounding_cases(sm, static_smem, max_dynamic)) {
+    (void)blocks;
+    for (std::size_t d : {dynamic - 1, dynamic, dynamic + 1}) sizes.push_back(d);
+  }
+  std::sort(sizes.begin(), sizes.end());
+  sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
+  sizes.erase(
+      std::remove_if(sizes.begin(), sizes.end(),
+                     [&](std::size_t d) { return d > static_cast<std::size_t>(max_dynamic); }),
+      sizes.end());
+  return sizes;
+}
+
+// Every launchable block size of interest (partial warps included) against every size above:
+// occupancy_by_hand vs cudaOccupancyMaxActiveBlocksPerMultiprocessor. Adds to `compared`, to
+// `limiters` (what limited, by occupancy_by_hand's account: a coverage count only) and to
+// `mismatches` (the first few described in `first`).
+void compare_with_runtime(const SmLimits& sm, const char* name, const void* func, int& compared,
+                          int& mismatches, std::string& first,
+                          std::map<std::string, int>& limiters) {
+  const KernelResources k = attributes_of(func);
+  // Partial warps too; and the kernel's own limit (below 1024 for the heaviest kernels).
+  std::vector<int> blocks = {1,   31,  32,  33,  64,  100, 128, 192,  200,
+                             256, 320, 384, 416, 512, 640, 768, 1000, 1024};
+  blocks.push_back(k.max_threads_per_block);
+  for (int b : blocks) {
+    if (b > k.max_threads_per_block) continue;  // not a launchable configuration
+    for (std::size_t d : odd_dynamic_sizes(sm, k.static_smem_bytes, k.max_dynamic_smem_bytes)) {
+      int runtime = -1;
+      CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&runtime, func, b, d));
+      const OccupancyEstimate e = occupancy_by_hand(sm, k, b, d);
+      ++compared;
+      ++limiters[e.limiter];
+      if (e.blocks_per_sm != runtime) {
+        if (++mismatches <= 10) {
+          std::ostringstream s;
+          s << name << ": " << k.regs_per_thread << " regs, " << k.static_smem_bytes
+            << " B static, dynamic limit " << k.max_dynamic_smem_bytes << " B, block " << b << ", "
+            << d << " B dynamic: by hand " << e.blocks_per_sm << " (" << e.limiter << "), runtime "
+            << runtime << "\n";
+          first += s.str();
+        }
+      }
+    }
+  }
+}
+}  // namespace
+
+TEST_CASE(
+    "Exercise 3: occupancy by hand agrees with the runtime on kernels of chosen registers and "
+    "shared memory",
+    "[gpu][occupancy][ex3]") {
+  const SmLimits sm = sm_limits();
+  const PtxLibrary library;
+  int compared = 0, mismatches = 0;
+  std::string first;
+  std::map<std::string, int> limiters;
+  for (const PtxKernel& pk : kPtxKernels) {
+    INFO(pk.name);
+    const void* func = library.kernel(pk.name);
+    // The inputs are what the kernels were written to need.
+    const KernelResources k = attributes_of(func);
+    CHECK(k.regs_per_thread >= pk.live_values);
+    CHECK(k.static_smem_bytes == pk.static_smem);
+    if (pk.maxntid > 0) {
+      CHECK(k.max_threads_per_block <= pk.maxntid);
+    }
+    compare_with_runtime(sm, pk.name, func, compared, mismatches, first, limiters);
+
+    // Opted in to the most dynamic shared memory a block may have (the library is this test's
+    // own: no other test sees the attribute).
+    const int opt_in = sm.smem_per_block_optin - pk.static_smem;
+    CUDA_CHECK(cudaFuncSetAttribute(func, cudaFuncAttributeMaxDynamicSharedMemorySize, opt_in));
+    CHECK(attributes_of(func).max_dynamic_smem_bytes == opt_in);
+    CHECK_FALSE(smem_rounding_cases(sm, pk.static_smem, opt_in).empty());  // rounding is tested
+    compare_with_runtime(sm, pk.name, func, compared, mismatches, first, limiters);
+  }
+
+  // The lesson's own kernels too, at the odd sizes (their default dynamic limit).
+  for (LessonKernel kernel : kAllKernels) {
+    const KernelResources k = kernel_resources(kernel);
+    for (int b : {1, 33, 100, 256, 416, k.max_threads_per_block}) {
+      if (b > k.max_threads_per_block) continue;
+      for (std::size_t d : odd_dynamic_sizes(sm, k.static_smem_bytes, k.max_dynamic_smem_bytes)) {
+        const int runtime = max_active_blocks_per_sm(kernel, b, d);
+        ++compared;
+        if (occupancy_by_hand(sm, k, b, d).blocks_per_sm != runtime && ++mismatches <= 10) {
+          first += std::string(kernel_name(kernel)) + ": block " + std::to_string(b) + ", " +
+                   std::to_string(d) + " B dynamic: runtime " + std::to_string(runtime) + "\n";
+        }
+      }
+    }
+  }
+
+  INFO("compared " << compared << " configurations; first mismatches:\n" << first);
+  CHECK(mismatches == 0);
+  CHECK(compared >= 2000);  // not vacuous
+  // Every limit decided some of them (a coverage check of the kernels and sizes chosen above).
+  for (const char* limiter : {"warps", "blocks", "registers", "shared memory"}) {
+    INFO(limiter);
+    CHECK(limiters[limiter] > 0);
   }
 }
 

@@ -249,6 +249,9 @@ class GraphExec {
   cudaGraphExec_t get() const noexcept { return exec_; }
   explicit operator bool() const noexcept { return exec_ != nullptr; }
   // Captures what enqueue() puts on `stream` and instantiates it (replaces any previous graph).
+  // If enqueue() throws, or the capture fails (cudaStreamEndCapture reports an error, thrown as
+  // CudaError), the capture is ended first (the stream is usable again, and no error is left for
+  // cudaGetLastError) and the graph already installed is kept. The same for recapture().
   template <class F>
   void capture(cudaStream_t stream, F&& enqueue);
   // Captures again (new addresses, new kernel arguments, e.g. for a new input size) and
@@ -637,16 +640,25 @@ cudaGraph_t GraphExec::record(cudaStream_t stream, F&& enqueue) {
   // ThreadLocal: only this thread's unsafe API calls (a cudaMalloc, a sync) break the capture;
   // anything the stream would not record raises an error instead of running eagerly.
   CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  // A failed call records its error as the thread's last error too, and so does ending an
+  // invalidated capture: the exception reports the failure, so the last error is cleared
+  // (cudaGetLastError), or the next CUDA_CHECK_LAUNCH would report it for a launch that worked.
   try {
     enqueue();
   } catch (...) {
     cudaGraph_t partial = nullptr;
     cudaStreamEndCapture(stream, &partial);  // leave the stream usable, then report the error
     if (partial != nullptr) cudaGraphDestroy(partial);
+    cudaGetLastError();
     throw;
   }
   cudaGraph_t graph = nullptr;
-  CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  const cudaError_t ended = cudaStreamEndCapture(stream, &graph);  // ends it, even on failure
+  if (ended != cudaSuccess) {  // e.g. invalidated by a call enqueue() made and did not check
+    if (graph != nullptr) cudaGraphDestroy(graph);
+    cudaGetLastError();
+    course::check_cuda(ended, "cudaStreamEndCapture(stream, &graph)", __FILE__, __LINE__);
+  }
   return graph;
 }
 

@@ -1073,6 +1073,99 @@ void check_stream_usable(cudaStream_t stream) {
 }
 }  // namespace
 
+// Tagged [provokes-error]: two sections make CUDA calls fail on purpose (a synchronisation the
+// capture forbids, the end of the capture it invalidated), which compute-sanitizer reports.
+TEST_CASE("GraphExec: a failed capture is ended and reported and the stream stays usable",
+          "[gpu][graph][provokes-error]") {
+  cudaGetLastError();  // start clean: an error an earlier test left behind is not this test's
+  course::Stream stream;
+  // Four equal logits: each probability is exactly 1/4 (exp(0) / 4), whatever the order of the sum.
+  const course::DeviceBuffer<float> logits = course::to_device(std::vector<float>(4, 1.5f));
+  course::DeviceBuffer<float> probs(4);
+  const auto enqueue_softmax = [&] { softmax_rows(logits.data(), probs.data(), 1, 4, stream); };
+  GraphExec graph;
+
+  SECTION("a C++ exception after some work was captured") {
+    CHECK_THROWS_WITH(graph.capture(stream,
+                                    [&] {
+                                      enqueue_softmax();
+                                      throw std::runtime_error("enqueue failed half-way");
+                                    }),
+                      Contains("failed half-way"));
+    CHECK_FALSE(graph);  // nothing was instantiated
+  }
+  SECTION("a CUDA call the capture forbids, checked: its CudaError comes out") {
+    bool thrown = false;
+    try {
+      graph.capture(stream, [&] {
+        enqueue_softmax();
+        CUDA_CHECK(cudaStreamSynchronize(stream));  // a capturing stream cannot be synchronised
+      });
+    } catch (const course::CudaError& e) {
+      thrown = true;
+      CHECK(e.code() == cudaErrorStreamCaptureUnsupported);
+      CHECK_THAT(e.what(), Contains("cudaStreamSynchronize"));
+    }
+    CHECK(thrown);
+    CHECK_FALSE(graph);
+  }
+  SECTION("a CUDA call the capture forbids, unchecked: the capture's end reports it") {
+    bool thrown = false;
+    try {
+      graph.capture(stream, [&] {
+        enqueue_softmax();
+        (void)cudaStreamSynchronize(stream);  // fails, and invalidates the capture
+      });
+    } catch (const course::CudaError& e) {
+      thrown = true;
+      CHECK(e.code() == cudaErrorStreamCaptureInvalidated);
+      CHECK_THAT(e.what(), Contains("cudaStreamEndCapture"));
+    }
+    CHECK(thrown);  // not swallowed: no graph, and the caller is told
+    CHECK_FALSE(graph);
+  }
+  SECTION("a failed recapture keeps the graph already installed") {
+    graph.capture(stream, enqueue_softmax);
+    REQUIRE(graph);
+    const cudaGraphExec_t before = graph.get();
+    CHECK_THROWS_AS(graph.recapture(stream,
+                                    [&] {
+                                      enqueue_softmax();
+                                      throw std::invalid_argument("new size refused");
+                                    }),
+                    std::invalid_argument);
+    CHECK(graph.get() == before);
+  }
+  SECTION("GpuPostprocessor::capture_graph: a bad argument, thrown inside the capture") {
+    const OutputSpec spec{Layout::yolov5, 100, 3};
+    GpuPostprocessor post(spec, identity_letterbox(), PostprocessConfig{});
+    const course::DeviceBuffer<float> zeros = course::to_device(std::vector<float>(800, 0.0f));
+    CHECK_THROWS_WITH(post.capture_graph(zeros.data(), 799, stream),
+                      Contains("expected 800 floats"));
+    CHECK_THROWS_AS(post.launch_graph(stream), std::logic_error);  // nothing was installed
+    check_stream_usable(stream);
+    // The next capture of the postprocessor works: all scores 0, so nothing is detected.
+    post.capture_graph(zeros.data(), 800, stream);
+    post.launch_graph(stream);
+    stream.synchronize();
+    const PostprocessResult r = post.result();
+    CHECK(r.detections.empty());
+    CHECK(r.num_above_threshold == 0);
+  }
+
+  // Whichever way it failed: the stream is out of capture mode, no error is left over, and a
+  // plain launch on it runs...
+  check_stream_usable(stream);
+  // ...and so does a later capture on it, whose graph replays the work.
+  graph.recapture(stream, enqueue_softmax);
+  REQUIRE(graph);
+  CUDA_CHECK(cudaMemsetAsync(probs.data(), 0, probs.bytes(), stream));  // not the graph's result
+  graph.launch(stream);
+  stream.synchronize();
+  CHECK(course::to_host(probs) == std::vector<float>(4, 0.25f));
+  check_stream_usable(stream);
+}
+
 // ===================================================================== classification head
 
 TEST_CASE("softmax_rows matches a double-precision softmax", "[gpu]") {
