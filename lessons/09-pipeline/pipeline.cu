@@ -771,10 +771,22 @@ double process_cpu_s() {
 
 // ------------------------------------------------------------ 3. the producer, run_pipeline
 
+namespace {
+// config.devices against the devices there are, after validate() (which makes no CUDA call):
+// an ordinal past the last device is refused here, naming the valid range, before any thread
+// starts or anything is allocated.
+void check_device_ordinals(const PipelineConfig& config) {
+  int count = 0;
+  CUDA_CHECK(cudaGetDeviceCount(&count));
+  validate_devices(config, count);
+}
+}  // namespace
+
 RunReport run_pipeline(const PipelineConfig& config, const EngineSpec& engine) {
   validate(config);
   validate_engine_shape(config, engine.shape);
   if (!engine.make) throw std::invalid_argument("run_pipeline: the EngineSpec has no factory");
+  check_device_ordinals(config);
 
   const Camera camera(config);
   SlotRing ring(config.queue_depth, config.backpressure);
@@ -875,6 +887,7 @@ RunReport run_serial_tutorial(const PipelineConfig& config, const EngineSpec& sp
   c.resize_at = -1;  // one frame size: the tutorial loop is the baseline, not the resize study
   validate(c);
   validate_engine_shape(c, spec.shape);
+  check_device_ordinals(c);
   bind_worker_device(c.devices.front());
   const SyntheticVideo video(c.frame_width, c.frame_height, c.num_classes);
   std::vector<std::uint8_t> frame(video.frame_bytes());  // pageable, as in most tutorials
@@ -958,6 +971,7 @@ double measure_gpu_us_per_frame(const PipelineConfig& config, const EngineSpec& 
   validate(c);
   validate_engine_shape(c, spec.shape);
   if (reps < 1) throw std::invalid_argument("measure_gpu_us_per_frame: reps must be >= 1");
+  check_device_ordinals(c);
   bind_worker_device(c.devices.front());
   course::Stream stream;
   std::unique_ptr<Engine> engine = spec.make(0);

@@ -182,9 +182,10 @@ class PipelineError : public std::runtime_error {
 };
 
 // Runs the producer and config.workers workers until config.frames frames were produced and
-// served (or dropped). Throws std::invalid_argument (validate, validate_engine_shape) before any
-// thread starts; PipelineError for a failure inside ("worker 1, frames 37..40, stage engine:
-// ..."), after stopping and joining every thread (nothing hangs, nothing leaks: RAII).
+// served (or dropped). Throws std::invalid_argument (validate, validate_engine_shape, then
+// validate_devices with cudaGetDeviceCount()) before any thread starts; PipelineError for a
+// failure inside ("worker 1, frames 37..40, stage engine: ..."), after stopping and joining
+// every thread (nothing hangs, nothing leaks: RAII).
 RunReport run_pipeline(const PipelineConfig& config, const EngineSpec& engine);
 
 // The loop most tutorials write, on the calling thread: pageable memory, synchronous

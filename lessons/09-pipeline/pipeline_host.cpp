@@ -287,7 +287,8 @@ void validate(const PipelineConfig& c) {
           "workers must be in [1, 64], got " + std::to_string(c.workers));
   require(!c.devices.empty(), "devices must name at least one GPU ordinal");
   for (int d : c.devices) {
-    require(d >= 0, "device ordinals must be >= 0, got " + std::to_string(d));
+    require(d >= 0, "device ordinals must be >= 0 (valid: 0 to cudaGetDeviceCount() - 1), got " +
+                        std::to_string(d));
   }
   require(
       c.batch >= 1 && c.batch <= 32,
@@ -358,6 +359,17 @@ void validate_engine_shape(const PipelineConfig& config, const TensorShape& e) {
         "] does not match the pipeline: expected batch >= " + std::to_string(config.batch) +
         " and [*, 3, " + std::to_string(config.input_height) + ", " +
         std::to_string(config.input_width) + "]");
+  }
+}
+
+void validate_devices(const PipelineConfig& config, int device_count) {
+  require(device_count >= 1, "no CUDA device: cudaGetDeviceCount() = " +
+                                 std::to_string(device_count) + ", so no device ordinal is valid");
+  for (int d : config.devices) {
+    require(d >= 0 && d < device_count,
+            "device ordinal " + std::to_string(d) +
+                " is out of range: cudaGetDeviceCount() = " + std::to_string(device_count) +
+                ", the valid ordinals are 0 to " + std::to_string(device_count - 1));
   }
 }
 

@@ -261,6 +261,14 @@ class Camera {
 // batch >= config.batch, 3 channels, height and width equal to the config's input size.
 void validate_engine_shape(const PipelineConfig& config, const TensorShape& engine);
 
+// Throws std::invalid_argument unless every ordinal in config.devices names one of the
+// `device_count` devices there are (cudaGetDeviceCount()), with a message that names the bad
+// ordinal and the valid range: "... device ordinal 2 is out of range: cudaGetDeviceCount() = 2,
+// the valid ordinals are 0 to 1". run_pipeline, run_serial_tutorial and measure_gpu_us_per_frame
+// call it after validate() (which needs no GPU), before any thread starts: a worker would
+// otherwise meet cudaErrorInvalidDevice in cudaSetDevice, on its own thread.
+void validate_devices(const PipelineConfig& config, int device_count);
+
 // -------------------------------------------------------------------------------- statistics
 
 // Nearest-rank percentiles of a sample (the p-th percentile is the ceil(p n / 100)-th smallest),

@@ -343,6 +343,31 @@ TEST_CASE("bad configurations raise invalid_argument before any thread starts", 
   CHECK_NOTHROW(validate_engine_shape(good, TensorShape{8, 3, 640, 640}));
 }
 
+TEST_CASE("validate_devices names the bad ordinal and the valid range", "[config]") {
+  const auto with_devices = [](std::vector<int> devices) {
+    PipelineConfig c = small_config();
+    c.devices = std::move(devices);
+    return c;
+  };
+  CHECK_NOTHROW(validate_devices(with_devices({0}), 1));
+  CHECK_NOTHROW(validate_devices(with_devices({1, 0, 1}), 2));
+  CHECK_THROWS_AS_WITH(
+      validate_devices(with_devices({1}), 1), std::invalid_argument,
+      Contains("device ordinal 1 is out of range") && Contains("the valid ordinals are 0 to 0"));
+  CHECK_THROWS_AS_WITH(
+      validate_devices(with_devices({0, 2}), 2), std::invalid_argument,
+      Contains("device ordinal 2 is out of range") && Contains("the valid ordinals are 0 to 1"));
+  CHECK_THROWS_AS_WITH(
+      validate_devices(with_devices({-1}), 4), std::invalid_argument,
+      Contains("device ordinal -1 is out of range") && Contains("the valid ordinals are 0 to 3"));
+  CHECK_THROWS_AS_WITH(validate_devices(with_devices({0}), 0), std::invalid_argument,
+                       Contains("no CUDA device"));
+  // validate() makes no CUDA call, so it cannot know the count: it names the range by the call
+  // that gives it.
+  CHECK_THROWS_AS_WITH(validate(with_devices({-1})), std::invalid_argument,
+                       Contains("0 to cudaGetDeviceCount() - 1") && Contains("got -1"));
+}
+
 TEST_CASE("a resolution change: frame sizes and the largest frame", "[config]") {
   PipelineConfig c = small_config();
   CHECK(frame_size(c, 0) == FrameSize{1920, 1080});
@@ -587,6 +612,74 @@ TEST_CASE("an engine that fails on frame k stops the pipeline cleanly, naming fr
   const RunReport ok = run_pipeline(c, color_engine_spec(c, 0.0));
   CHECK(check_run(ok, c).wrong == 0);
   CHECK(ok.results.size() == 50);
+}
+
+TEST_CASE("out-of-range device ordinals are refused with the valid range before any thread starts",
+          "[gpu][config]") {
+  cudaGetLastError();  // start clean: an error an earlier test left on this thread is not ours
+  int count = 0;
+  REQUIRE(cudaGetDeviceCount(&count) == cudaSuccess);
+  REQUIRE(count >= 1);
+  const std::string valid = "the valid ordinals are 0 to " + std::to_string(count - 1);
+  int device_before = -1;
+  REQUIRE(cudaGetDevice(&device_before) == cudaSuccess);
+  // The engine factory runs on each worker's thread after it bound its device: a count of the
+  // engines made says whether any worker started.
+  std::atomic<int> engines_made{0};
+  const auto counted_engine = [&engines_made](const PipelineConfig& c) {
+    EngineSpec spec = color_engine_spec(c, 0.0);
+    spec.make = [&engines_made, make = spec.make](int worker) {
+      ++engines_made;
+      return make(worker);
+    };
+    return spec;
+  };
+
+  struct Case {
+    std::vector<int> devices;
+    int workers;
+  };
+  // The device count itself (one past the last), far past it, and a second worker's device.
+  const Case cases[] = {{{count}, 1}, {{count + 7}, 1}, {{0, count}, 2}};
+  for (const Case& k : cases) {
+    PipelineConfig c = small_config();
+    c.devices = k.devices;
+    c.workers = k.workers;
+    const int bad = k.devices.back();
+    INFO("device " << bad << " of " << count << ", " << k.workers << " worker(s)");
+    // The matcher is built inside each check: Catch2 v2's && keeps references to its operands,
+    // so a combined matcher stored in a variable would outlive them.
+    const std::string out_of_range = "device ordinal " + std::to_string(bad) + " is out of range";
+    CHECK_THROWS_AS_WITH(run_pipeline(c, counted_engine(c)), std::invalid_argument,
+                         Contains(out_of_range) && Contains(valid));
+    CHECK_THROWS_AS_WITH(run_serial_tutorial(c, counted_engine(c)), std::invalid_argument,
+                         Contains(out_of_range) && Contains(valid));
+    CHECK_THROWS_AS_WITH(measure_gpu_us_per_frame(c, counted_engine(c), 1, 1),
+                         std::invalid_argument, Contains(out_of_range) && Contains(valid));
+  }
+  // -1: refused by validate() already, before any CUDA call.
+  PipelineConfig negative = small_config();
+  negative.devices = {-1};
+  CHECK_THROWS_AS_WITH(run_pipeline(negative, counted_engine(negative)), std::invalid_argument,
+                       Contains("got -1") && Contains("0 to cudaGetDeviceCount() - 1"));
+
+  CHECK(engines_made.load() == 0);  // no worker started
+  int device_after = -1;
+  REQUIRE(cudaGetDevice(&device_after) == cudaSuccess);
+  CHECK(device_after == device_before);         // the calling thread's device was not changed
+  CHECK(cudaPeekAtLastError() == cudaSuccess);  // and no CUDA call failed
+
+  // The last valid ordinal runs, every frame right.
+  PipelineConfig good = small_config();
+  good.devices = {count - 1};
+  good.workers = 2;
+  const RunReport report = run_pipeline(good, counted_engine(good));
+  const RunCheck r = check_run(report, good);
+  INFO(r.first_problem);
+  CHECK(report.results.size() == static_cast<std::size_t>(good.frames));
+  CHECK(r.wrong == 0);
+  CHECK(r.missing == 0);
+  CHECK(engines_made.load() == good.workers);  // the count does see workers start
 }
 
 TEST_CASE("drop_oldest under overload: dropped frames are counted, never lost", "[gpu]") {
