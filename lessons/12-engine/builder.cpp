@@ -13,6 +13,7 @@
 #include "engine.hpp"
 #include "launch.hpp"
 #include "plan.hpp"
+#include "schedule.hpp"
 
 namespace lesson12 {
 namespace {
@@ -110,7 +111,10 @@ std::vector<std::uint8_t> build_plan(const NetworkDefinition& net, const Builder
   plan.profile = p;
   plan.graph = optimize(net);
   EngineGraph& g = plan.graph;
-  plan_memory(g, p.max_batch, es);
+  // For auxiliary streams, buffers hold their bytes while ops that may run beside their
+  // readers are running (schedule.hpp); with none, plain liveness over the launch order.
+  plan_memory(g, p.max_batch, es,
+              config.max_aux_streams > 0 ? concurrent_hold_until(g) : std::vector<int>{});
   if (config.keep_all_buffers) {
     std::size_t offset = 0;
     for (BufferDesc& d : g.buffers) {

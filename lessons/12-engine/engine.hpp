@@ -57,6 +57,11 @@ struct BuilderConfig {
   // read after an enqueue: what marking every tensor as an output does to a TensorRT engine
   // (polygraphy --trt-outputs mark all). For debugging and the per-layer tests.
   bool keep_all_buffers = false;
+  // IBuilderConfig::setMaxAuxStreams: > 0 plans the activation memory so that independent layers
+  // can run side by side on auxiliary streams (ExecutionContext::set_aux_streams) without one
+  // waiting for another's memory; it costs some arena. 0: liveness over the launch order only
+  // (the smallest arena; auxiliary streams then find little to overlap).
+  int max_aux_streams = 3;
 };
 
 // One candidate of one layer: its name ("mma 128x64", "cudnn IMPLICIT_PRECOMP_GEMM", ...), its
@@ -113,7 +118,9 @@ class Engine : public std::enable_shared_from_this<Engine> {
   int input_w() const;
   int num_classes() const;
   int num_candidates() const;
-  std::size_t device_memory_size() const;  // activation arena + workspace, per context
+  // Activation arena + cuDNN workspace, per context (on auxiliary streams a context holds one
+  // workspace per stream that runs cuDNN: up to 1 + its aux streams).
+  std::size_t device_memory_size() const;
   int num_ops() const;
   std::string describe() const;  // one line: precision, profile, ops, memory, kernels' targets
 
@@ -146,9 +153,25 @@ class ExecutionContext {
   // for it on the GPU (griddepcontrol.wait) before touching memory; in a graph the edges become
   // programmatic ones. Off by default: on this network it did not pay (H200, CUDA 13.0: the
   // graph at batch 1 took 538 us with it, 509 without; see the lesson's RESULTS.md), so it is an
-  // option to measure, as TensorRT exposes its own. Ignored (stays off) on older GPUs.
+  // option to measure, as TensorRT exposes its own. Ignored (stays off) on older GPUs, and used
+  // only while the context runs on one stream (set_aux_streams(0)).
   void set_programmatic_launch(bool on);
   bool programmatic_launch() const;
+  // Auxiliary streams (IExecutionContext::setAuxStreams): layers that do not depend on each
+  // other run at the same time on up to `n` streams beside the caller's, which enqueue forks
+  // from and joins back into (schedule.hpp decides the streams and the events). 0: every layer
+  // on the caller's stream, in order. The context creates and owns the streams. Throws
+  // std::invalid_argument outside [0, kMaxAuxStreams]. Applies from the next enqueue (a new
+  // capture for enqueue_graph). Inside a graph the events are edges and cost nothing; in a plain
+  // enqueue each costs the host a call, and at batch 1, where the host issuing launches is the
+  // bound, that costs more than the overlap saves (the lesson's RESULTS.md has both measured):
+  // use 0 there.
+  static constexpr int kDefaultAuxStreams = 3, kMaxAuxStreams = 8;
+  void set_aux_streams(int n);
+  int aux_streams() const;
+  // The streams the schedule uses for the current batch and addresses (1 + auxiliary ones).
+  // Throws std::logic_error if a tensor address is missing.
+  int streams_used();
   // Device address of engine-graph buffer `index` (NHWC, the engine's dtype): for per-layer
   // checks, as TensorRT's debug tensors / marking every layer as an output.
   const void* buffer_address(int index) const;

@@ -435,12 +435,29 @@ EngineGraph optimize(const NetworkDefinition& net) {
 
 // ------------------------------------------------------------------------------ memory plan
 
-std::size_t plan_memory(EngineGraph& graph, int max_batch, std::size_t element_size) {
+std::size_t plan_memory(EngineGraph& graph, int max_batch, std::size_t element_size,
+                        const std::vector<int>& hold_until) {
   check_batch(max_batch, element_size, "plan_memory");
+  if (!hold_until.empty() && hold_until.size() != graph.buffers.size()) {
+    throw std::invalid_argument("plan_memory: hold_until has " + std::to_string(hold_until.size()) +
+                                " entries for " + std::to_string(graph.buffers.size()) +
+                                " buffers");
+  }
   // The planner is exercise 2 (assign_offsets: first fit, largest first in the solution).
   std::vector<LiveRange> ranges;
-  for (const BufferDesc& b : graph.buffers) {
-    ranges.push_back({aligned_bytes(b, max_batch, element_size), b.first_op, b.last_op});
+  for (std::size_t i = 0; i < graph.buffers.size(); ++i) {
+    const BufferDesc& b = graph.buffers[i];
+    int last = b.last_op;
+    if (!hold_until.empty()) {
+      if (hold_until[i] < b.last_op) {
+        throw std::invalid_argument("plan_memory: hold_until[" + std::to_string(i) +
+                                    "] = " + std::to_string(hold_until[i]) +
+                                    " ends before buffer " + b.name + "'s last reader (op " +
+                                    std::to_string(b.last_op) + ")");
+      }
+      last = hold_until[i];
+    }
+    ranges.push_back({aligned_bytes(b, max_batch, element_size), b.first_op, last});
   }
   const std::vector<std::size_t> offsets = assign_offsets(ranges, 256);
   std::size_t arena = 0;

@@ -90,9 +90,13 @@ EngineGraph optimize(const NetworkDefinition& net);
 // size. Two buffers share bytes only if their [first_op, last_op] intervals do not overlap.
 // Heuristic: largest buffer first, each at the lowest offset clear of the buffers already placed
 // that are live at the same time (first fit). For YOLOv8n it lands within 7% of the lower bound
-// (the most bytes live at one op). Throws std::invalid_argument for max_batch < 1 or
-// element_size 0.
-std::size_t plan_memory(EngineGraph& graph, int max_batch, std::size_t element_size);
+// (the most bytes live at one op). `hold_until` (optional, per buffer): keep a buffer's bytes
+// until that op instead of its last_op, so that ops which may run concurrently never share memory
+// (concurrent_hold_until in schedule.hpp, for auxiliary streams). Throws std::invalid_argument
+// for max_batch < 1, element_size 0, or a hold_until of another length than buffers or ending
+// before a buffer's last_op.
+std::size_t plan_memory(EngineGraph& graph, int max_batch, std::size_t element_size,
+                        const std::vector<int>& hold_until = {});
 
 // The arena a naive runtime would need: every buffer its own memory (what liveness saves).
 std::size_t arena_without_reuse(const EngineGraph& graph, int max_batch, std::size_t element_size);

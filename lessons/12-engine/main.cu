@@ -30,6 +30,7 @@
 #include "common/stream.hpp"
 #include "common/timing.hpp"
 #include "engine.hpp"
+#include "schedule.hpp"
 #include "evaluate.hpp"
 #include "metrics.hpp"
 #include "plan.hpp"
@@ -86,9 +87,12 @@ struct Speed {
   double gpu_us = 0, e2e_us = 0, b2b_us = 0;
 };
 
-Speed time_engine(const Engine& e, int batch, bool graph, int reps, cudaStream_t s,
-                  bool programmatic = false) {
+// aux: auxiliary streams (ExecutionContext::set_aux_streams); programmatic: PDL, which the
+// context uses only on one stream.
+Speed time_engine(const Engine& e, int batch, bool graph, int reps, cudaStream_t s, int aux,
+                  bool programmatic) {
   auto ctx = e.create_execution_context();
+  ctx->set_aux_streams(aux);
   ctx->set_programmatic_launch(programmatic);
   const std::size_t in = 3ull * e.input_h() * e.input_w() * batch;
   const std::size_t out =
@@ -160,12 +164,15 @@ int run(const Options& o) {
       "into %d, residual add fused into %d), concatenations and splits are views of %zu "
       "NHWC buffers\n",
       net.layers.size(), g.ops.size(), convs, counts[1], with_silu, with_res, g.buffers.size());
+  const std::vector<int> hold = concurrent_hold_until(g);
   for (int b : {1, o.max_batch}) {
     const std::size_t planned = plan_memory(g, b, 2);
+    const std::size_t concurrent = plan_memory(g, b, 2, hold);
     std::printf(
-        "   activation memory at batch %2d, FP16: %s planned by liveness, %s with a "
-        "buffer each\n",
-        b, mib(planned).c_str(), mib(arena_without_reuse(g, b, 2)).c_str());
+        "   activation memory at batch %2d, FP16: %s planned by liveness (%s letting independent "
+        "layers run side by side), %s with a buffer each\n",
+        b, mib(planned).c_str(), mib(concurrent).c_str(),
+        mib(arena_without_reuse(g, b, 2)).c_str());
   }
   std::printf("\n");
 
@@ -307,20 +314,25 @@ int run(const Options& o) {
   }
   std::printf("   %-40s %6s %10s %10s %12s %10s\n", "engine", "batch", "GPU us", "e2e us",
               "b2b us/call", "us/image");
-  auto row = [&](const char* name, const Engine& e, int batch, bool graph, bool pdl = false) {
-    const Speed s = time_engine(e, batch, graph, o.reps, stream.get(), pdl);
+  constexpr int kAux = ExecutionContext::kDefaultAuxStreams;
+  auto row = [&](const char* name, const Engine& e, int batch, bool graph,
+                 int aux = ExecutionContext::kDefaultAuxStreams, bool pdl = false) {
+    const Speed s = time_engine(e, batch, graph, o.reps, stream.get(), aux, pdl);
     std::printf("   %-40s %6d %10.1f %10.1f %12.1f %10.1f\n", name, batch, s.gpu_us, s.e2e_us,
                 s.b2b_us, s.gpu_us / batch);
     std::fflush(stdout);
     return s;
   };
-  row("FP16, stream (opt 1)", *e1, 1, false);
+  row("FP16, stream, one stream (opt 1)", *e1, 1, false, 0);
+  row("FP16, stream, 3 auxiliary streams (opt 1)", *e1, 1, false);
   const Speed g1 = row("FP16, CUDA graph (opt 1)", *e1, 1, true);
-  row("FP16, CUDA graph + PDL (opt 1)", *e1, 1, true, true);
+  row("FP16, CUDA graph, one stream (opt 1)", *e1, 1, true, 0);
+  row("FP16, CUDA graph, one stream + PDL (opt 1)", *e1, 1, true, 0, true);
   if (cudnn1) row("FP16 cuDNN where offered, graph (opt 1)", *cudnn1, 1, true);
-  row("FP16, stream (opt 32)", *e16, o.max_batch, false);
+  row("FP16, stream, one stream (opt 32)", *e16, o.max_batch, false, 0);
   const Speed g32 = row("FP16, CUDA graph (opt 32)", *e16, o.max_batch, true);
-  row("FP16, CUDA graph + PDL (opt 32)", *e16, o.max_batch, true, true);
+  row("FP16, CUDA graph, one stream (opt 32)", *e16, o.max_batch, true, 0);
+  row("FP16, CUDA graph, one stream + PDL (opt 32)", *e16, o.max_batch, true, 0, true);
   if (cudnn32) row("FP16 cuDNN where offered, graph (opt 32)", *cudnn32, o.max_batch, true);
   row("FP32, CUDA graph (opt 1)", *e32, 1, true);
   std::printf("   clocks after the timing: %s\n",
@@ -328,7 +340,10 @@ int run(const Options& o) {
   std::printf(
       "   (\"cuDNN where offered\": every convolution on cuDNN + the epilogue kernel where its "
       "tensors are dense; the first layer and the layers reading or writing a "
-      "concatenation's slice stay on the course's kernels)\n\n");
+      "concatenation's slice stay on the course's kernels; \"one stream\": every layer on the "
+      "caller's stream in launch order, where the other rows run independent layers side by side "
+      "on up to %d auxiliary streams; PDL is used only on one stream)\n\n",
+      kAux);
 
   // ------------------------------------------------------------------ 8. lesson 09 serves it
   std::printf(

@@ -7,10 +7,12 @@
 
 #include "common/cuda_check.hpp"
 #include "common/memory.hpp"
+#include "common/stream.hpp"
 #include "engine.hpp"
 #include "launch.hpp"
 #include "plan.hpp"
 #include "postprocess.cuh"  // lesson 08: GraphExec
+#include "schedule.hpp"
 
 namespace lesson12 {
 
@@ -136,6 +138,12 @@ struct ExecutionContext::Impl {
   int graph_captures = 0;
   bool uses_cudnn = false;
   bool programmatic = false;  // PDL between consecutive ops: off unless asked for (engine.hpp)
+  int max_aux_streams = ExecutionContext::kDefaultAuxStreams;
+  StreamSchedule schedule;            // prepare(): which stream runs each op (schedule.hpp)
+  std::size_t workspace_slice = 0;    // cuDNN's workspace per stream (stream t: slice t)
+  std::vector<course::Stream> aux;    // schedule.streams - 1 auxiliary streams
+  std::vector<course::Event> events;  // per op, recorded where schedule.record says
+  course::Event fork{cudaEventDisableTiming};  // the caller's stream, when enqueue begins
 };
 
 ExecutionContext::ExecutionContext(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -246,9 +254,22 @@ void prepare(ExecutionContext::Impl& c) {
     }
     c.ops.push_back(std::move(lo));
   }
-  if (workspace_needed > c.workspace.bytes()) {
-    c.workspace = course::DeviceBuffer<std::uint8_t>(workspace_needed);
+  // The streams: independent layers on auxiliary streams, ordered by events where they share
+  // memory (schedule.hpp). Streams and events are created here, never inside a capture. cuDNN's
+  // workspace orders nothing: each stream gets its own slice of it (the ops of one stream run in
+  // order anyway), so two cuDNN convolutions on two streams may overlap.
+  const std::size_t element = e.plan.precision == DType::f16 ? 2 : 4;
+  c.schedule = schedule_streams(
+      op_accesses(g, std::vector<bool>(c.ops.size(), false), e.plan.profile.max_batch, element),
+      1 + c.max_aux_streams);
+  c.workspace_slice = (std::max(workspace_needed, e.plan.workspace_bytes) + 255) / 256 * 256;
+  const std::size_t workspace_total =
+      c.workspace_slice * static_cast<std::size_t>(c.schedule.streams);
+  if (workspace_total > c.workspace.bytes()) {
+    c.workspace = course::DeviceBuffer<std::uint8_t>(workspace_total);
   }
+  while (static_cast<int>(c.aux.size()) < c.schedule.streams - 1) c.aux.emplace_back();
+  while (c.events.size() < c.ops.size()) c.events.emplace_back(cudaEventDisableTiming);
   c.prepared = true;
   c.graph_valid = false;
 }
@@ -266,18 +287,65 @@ void ExecutionContext::enqueue(cudaStream_t stream) {
   }
   KernelLibrary& lib = *c.engine->impl().lib;
   const Plan& plan = c.engine->impl().plan;
+  const StreamSchedule& s = c.schedule;
+  const bool several = s.streams > 1;
+  auto stream_of = [&](std::size_t i) {
+    const int t = s.stream[i];
+    return t == 0 ? stream : c.aux[static_cast<std::size_t>(t - 1)].get();
+  };
+  if (several) {
+    // Fork: every auxiliary stream starts after what the caller queued before (the input's
+    // upload, lesson 09's letterbox). In a capture this pulls them into the caller's graph.
+    c.fork.record(stream);
+    for (int t = 1; t < s.streams; ++t) {
+      CUDA_CHECK(cudaStreamWaitEvent(c.aux[static_cast<std::size_t>(t - 1)], c.fork, 0));
+    }
+  }
   for (std::size_t i = 0; i < c.ops.size(); ++i) {
+    const cudaStream_t st = stream_of(i);
     try {
+      for (int w : s.waits[i]) {
+        CUDA_CHECK(cudaStreamWaitEvent(st, c.events[static_cast<std::size_t>(w)], 0));
+      }
       // The first op follows whatever the caller queued before (a copy, lesson 09's letterbox):
-      // launched as usual. The others may start while the op before them drains.
-      launch(lib, c.ops[i], stream, c.workspace.data(), c.workspace.bytes(),
-             c.programmatic && i > 0);
+      // launched as usual. With one stream the others may start while the op before them
+      // drains (PDL); on several streams PDL is not used (an op may follow an event).
+      launch(lib, c.ops[i], st,
+             c.workspace.data() + c.workspace_slice * static_cast<std::size_t>(s.stream[i]),
+             c.workspace_slice, c.programmatic && !several && i > 0);
+      if (s.record[i]) c.events[i].record(st);
     } catch (const std::exception& e) {
       // Say which layer and tactic, as TensorRT's error log does.
       throw std::runtime_error("enqueue: layer " + plan.ops[i].op.name + " (tactic " +
                                plan.ops[i].tactic.label + "): " + e.what());
     }
   }
+  // Join: the caller's stream waits for the last op of every auxiliary stream, so that work
+  // queued after enqueue (and cudaStreamEndCapture) sees the whole network.
+  for (int t = 1; t < s.streams; ++t) {
+    const int l = s.last_op[static_cast<std::size_t>(t)];
+    CUDA_CHECK(cudaStreamWaitEvent(stream, c.events[static_cast<std::size_t>(l)], 0));
+  }
+}
+
+void ExecutionContext::set_aux_streams(int n) {
+  if (n < 0 || n > kMaxAuxStreams) {
+    throw std::invalid_argument("set_aux_streams: expected 0 .. " + std::to_string(kMaxAuxStreams) +
+                                " auxiliary streams, got " + std::to_string(n));
+  }
+  Impl& c = *impl_;
+  if (n != c.max_aux_streams) {
+    c.max_aux_streams = n;
+    c.prepared = false;  // a new schedule, and a new capture
+  }
+}
+int ExecutionContext::aux_streams() const {
+  return impl_->max_aux_streams;
+}
+int ExecutionContext::streams_used() {
+  Impl& c = *impl_;
+  if (!c.prepared) prepare(c);
+  return c.schedule.streams;
 }
 
 void ExecutionContext::set_programmatic_launch(bool on) {

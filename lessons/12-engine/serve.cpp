@@ -27,8 +27,11 @@ namespace {
 
 class DetectorEngine : public lesson09::Engine {
  public:
-  DetectorEngine(std::shared_ptr<const lesson12::Engine> engine, bool graphs)
-      : engine_(std::move(engine)), graphs_(graphs) {}
+  // eager: no graph around the launches (neither the engine's nor lesson 09's): then every layer
+  // goes on the caller's stream, since the events between auxiliary streams cost the host more
+  // than the overlap saves where the host issuing launches is the bound (engine.hpp).
+  DetectorEngine(std::shared_ptr<const lesson12::Engine> engine, bool graphs, bool eager)
+      : engine_(std::move(engine)), graphs_(graphs), eager_(eager) {}
 
   lesson09::TensorShape input_shape() const override {
     return {engine_->profile().max_batch, 3, engine_->input_h(), engine_->input_w()};
@@ -83,6 +86,7 @@ class DetectorEngine : public lesson09::Engine {
     }
     *created = true;
     contexts_.push_back({input, output, engine_->create_execution_context()});
+    if (eager_) contexts_.back().context->set_aux_streams(0);
     return *contexts_.back().context;
   }
 
@@ -93,6 +97,7 @@ class DetectorEngine : public lesson09::Engine {
   };
   std::shared_ptr<const lesson12::Engine> engine_;
   bool graphs_;
+  bool eager_;
   int batch_ = 1;
   const float* input_ = nullptr;
   float* output_ = nullptr;
@@ -138,7 +143,10 @@ lesson09::EngineSpec detector_engine_spec(const lesson09::PipelineConfig& config
   }
   lesson09::EngineSpec spec;
   spec.shape = {p.max_batch, 3, engine->input_h(), engine->input_w()};
-  spec.make = [engine, graphs](int) { return std::make_unique<DetectorEngine>(engine, graphs); };
+  const bool eager = !graphs && !config.graphs;
+  spec.make = [engine, graphs, eager](int) {
+    return std::make_unique<DetectorEngine>(engine, graphs, eager);
+  };
   return spec;
 }
 

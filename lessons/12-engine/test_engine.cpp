@@ -506,6 +506,57 @@ TEST_CASE(
   CHECK(run(*e, *ctx, x, 3, true) == y3);
 }
 
+TEST_CASE("auxiliary streams change when layers run, never what they compute", "[gpu][engine]") {
+  // Every tactic source, so that cuDNN's convolutions (which share one workspace) are in the
+  // schedule too where the builder picks them; several runs, since a missing event between two
+  // streams would show as a result that changes from run to run.
+  const int h = 96, w = 128;
+  const NetworkDefinition net = yolov8n(trained_weights(), h, w);
+  BuilderConfig cfg;
+  cfg.profile = {1, 2, 2};
+  cfg.timing_iterations = 1;
+  const std::shared_ptr<Engine> e = Engine::deserialize(build_plan(net, cfg));
+  auto ctx = e->create_execution_context();
+  const std::vector<float> x = scenes(21, 2, h, w);
+  CHECK(ctx->aux_streams() == ExecutionContext::kDefaultAuxStreams);
+  ctx->set_aux_streams(0);
+  ctx->set_input_shape(2);
+  const std::vector<float> one = run(*e, *ctx, x, 2);
+  REQUIRE(run(*e, *ctx, x, 2) == one);
+  for (int aux : {1, 3, 8}) {
+    INFO(aux << " auxiliary streams");
+    ctx->set_aux_streams(aux);
+    for (int rep = 0; rep < 3; ++rep) {
+      CHECK(run(*e, *ctx, x, 2) == one);
+      CHECK(run(*e, *ctx, x, 2, true) == one);
+    }
+  }
+  // Batch 1 (cuDNN may choose another algorithm per batch: compared with itself on one stream).
+  const std::vector<float> x1(x.begin(), x.begin() + 3 * h * w);
+  ctx->set_aux_streams(0);
+  const std::vector<float> one1 = run(*e, *ctx, x1, 1);
+  ctx->set_aux_streams(ExecutionContext::kDefaultAuxStreams);
+  CHECK(run(*e, *ctx, x1, 1, true) == one1);
+  CHECK(run(*e, *ctx, x1, 1) == one1);
+  CHECK(ctx->streams_used() > 1);  // the network has branches to run side by side
+
+  // A plan with the tightest arena (plain liveness): on auxiliary streams its memory reuse is
+  // ordered by events, and the bits are still those of one stream.
+  cfg.max_aux_streams = 0;
+  const std::shared_ptr<Engine> tight = Engine::deserialize(build_plan(net, cfg));
+  auto tctx = tight->create_execution_context();
+  tctx->set_aux_streams(0);
+  const std::vector<float> tight_one = run(*tight, *tctx, x, 2);
+  tctx->set_aux_streams(ExecutionContext::kDefaultAuxStreams);
+  for (int rep = 0; rep < 3; ++rep) {
+    CHECK(run(*tight, *tctx, x, 2) == tight_one);
+    CHECK(run(*tight, *tctx, x, 2, true) == tight_one);
+  }
+  CHECK_THROWS_AS(ctx->set_aux_streams(-1), std::invalid_argument);
+  CHECK_THROWS_AS(ctx->set_aux_streams(ExecutionContext::kMaxAuxStreams + 1),
+                  std::invalid_argument);
+}
+
 TEST_CASE("one engine, one context per thread: the same answers", "[gpu][engine]") {
   const int h = 64, w = 64;
   const NetworkDefinition net = yolov8n(trained_weights(), h, w);
