@@ -4,7 +4,8 @@
 //                           common/bench.hpp), with the end-to-end latency as "latency_us":
 //     fp16_graph            the FP16 engine, every tactic source, the whole network as one CUDA
 //                           graph (built with opt batch = the batch measured)
-//     fp16_stream           the same engine, one launch per layer on a stream
+//     fp16_stream           the same engine, one launch per layer (on the context's default
+//                           auxiliary streams, like every row here)
 //     fp16_cudnn_graph      the same network with every convolution on cuDNN (+ the course's
 //                           epilogue kernel): the cuDNN-built engine
 //     fp32_graph            the FP32 engine (no TF32)
