@@ -65,8 +65,8 @@ struct BuilderConfig {
 };
 
 // One candidate of one layer: its name ("mma 128x64", "cudnn IMPLICIT_PRECOMP_GEMM", ...), its
-// GPU time per launch in microseconds (back-to-back launches between two events, so launch
-// latency is hidden behind the previous launch), or why it could not run.
+// GPU time per launch in microseconds (launches queued behind a held stream, common/timing.hpp, so
+// launch latency is excluded; median of 3 windows), or why it could not run.
 struct TacticTiming {
   std::string tactic;
   double us = 0;

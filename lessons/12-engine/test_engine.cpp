@@ -507,9 +507,9 @@ TEST_CASE(
 }
 
 TEST_CASE("auxiliary streams change when layers run, never what they compute", "[gpu][engine]") {
-  // Every tactic source, so that cuDNN's convolutions (which share one workspace) are in the
-  // schedule too where the builder picks them; several runs, since a missing event between two
-  // streams would show as a result that changes from run to run.
+  // Every tactic source, so that cuDNN's convolutions (each stream with its own workspace) are in
+  // the schedule too where the builder picks them; several runs, since a missing event between
+  // two streams would show as a result that changes from run to run.
   const int h = 96, w = 128;
   const NetworkDefinition net = yolov8n(trained_weights(), h, w);
   BuilderConfig cfg;
