@@ -37,8 +37,10 @@
 # Under the sanitizers, tests tagged [provokes-error] (they make CUDA fail on purpose) and [cupti]
 # (CUPTI takes one subscriber per process, and the sanitizer is one) are left out, and so are
 # [host-race] (a race between host threads and the copy engine: invisible to the sanitizers, and
-# lesson 09's long engine would run 10-100x slower under them). Any finding
-# fails the check, with the tool's report above it. Every stage prints one line
+# lesson 09's long engine would run 10-100x slower under them) and [stream-gate] (a kernel holds a
+# stream while the host works on: under a sanitizer the gate kernels run one at a time and slowly,
+# and their guards fire before the host opens them). Any finding fails the check, with the tool's
+# report above it. Every stage prints one line
 #   check_exercise: lesson NN STAGE: passed | FAILED | not run (why)   (tests, with no GPU:
 #   "CPU tests passed (...)")
 # then, when nothing failed, one line per exercise
@@ -164,7 +166,7 @@ fi
 gpu_ex=$(intersect "$exercises" "$(tags_of "[gpu]")")
 cpu_ex=$(intersect "$exercises" "$(tags_of "~[gpu]")")
 multi_ex=$(intersect "$exercises" "$(tags_of "[multigpu]")")
-sanitizer_spec="[gpu]~[provokes-error]~[cupti]~[host-race]"
+sanitizer_spec="[gpu]~[provokes-error]~[cupti]~[host-race]~[stream-gate]"
 [ "$two_gpus" = yes ] || sanitizer_spec="$sanitizer_spec~[multigpu]"
 sanitizer_ex=$(intersect "$exercises" "$(tags_of "$sanitizer_spec")")
 in_table() {  # in_table TABLE EX
@@ -175,7 +177,7 @@ in_table() {  # in_table TABLE EX
 gpu_spec() {
   spec=""
   for ex in "$@"; do
-    spec="$spec${spec:+,}[gpu][$ex]~[provokes-error]~[cupti]~[host-race]"
+    spec="$spec${spec:+,}[gpu][$ex]~[provokes-error]~[cupti]~[host-race]~[stream-gate]"
   done
   echo "$spec"
 }

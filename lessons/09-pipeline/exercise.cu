@@ -6,10 +6,11 @@
 // These functions replace the solutions (solutions.cuh, included by pipeline_host.cpp) in the
 // exercise build (lesson09_exercise_tests): there the pipeline's workers call YOUR code. (The
 // lesson binary, lesson09, always runs the solutions.) Until you solve an exercise, its stub
-// fails loudly (an exception) or races, and its tests fail.
+// fails loudly (an exception), races, or (exercise 4) serialises, and its tests fail.
 //
 // Each stub's comment is its contract (pipeline_host.hpp declares the functions); the README's
 // "Exercises" section has folded hints, solutions.cuh the answers: try first.
+#include <functional>
 #include <stdexcept>
 
 #include "common/cuda_check.hpp"
@@ -64,11 +65,40 @@ void bind_worker_device(int device) {
 //           its next frame. It returns once all of them are released.
 //   errors: course::CudaError if the wait reports an error; the slots then stay in flight.
 //   tests:  the race setup (one worker, batch 1, two slots, an engine of about 2 ms a frame, no
-//           separate copy stream, 200 frames): no frame may come out wrong, missing or twice.
+//           separate copy stream, 200 frames): no frame may come out wrong, missing or twice;
+//           and "release_after_copy waits for its event and only for it" (gates: kernels that
+//           hold the stream until the test opens them): no slot released while the copies are
+//           held, all released while work queued after `copied` is still held.
 void release_after_copy(SlotRing& ring, const std::vector<int>& slots, cudaEvent_t copied) {
   (void)copied;
   // TODO(exercise 3)
   for (int s : slots) ring.release(s);  // wrong on purpose: the producer may now overwrite them
+}
+
+// Exercise 4 [ex4, GPU]: the batch's event protocol between the copy and the compute stream.
+//   in:     the worker has queued a batch's H2D copies on `copy`, nothing after them yet;
+//           `compute` is the stream its device work goes on (the same stream as `copy` when the
+//           worker has no copy stream); work(s) enqueues that work (letterbox, engine,
+//           postprocess, D2H of the results, or their CUDA graph) on the stream s it is given.
+//   does:   records `copied` on `copy` after the copies; runs work(compute) such that none of
+//           it starts on the GPU before the copies have finished, while the calling thread does
+//           not wait for them; records `done` on `compute` once all of the work is queued.
+//           Returns without waiting for the GPU.
+//   errors: course::CudaError for a failed CUDA call; an exception from work propagates.
+//   tests:  "enqueue_after_copy orders the work after the copies on the GPU" (gates: kernels
+//           that hold a stream until the test opens them): returns while the copies are held,
+//           work called once with `compute`, nothing of it before the copies, `copied` complete
+//           with the copies, `done` only after the work; and the pipeline end to end with a
+//           copy stream, graphs on and off: every frame right, none missing or twice.
+void enqueue_after_copy(cudaStream_t copy, cudaStream_t compute, cudaEvent_t copied,
+                        cudaEvent_t done, const std::function<void(cudaStream_t)>& work) {
+  (void)copied;
+  (void)done;
+  // TODO(exercise 4). A stand-in that keeps the pipeline's answers right but serial: this
+  // thread waits for the copies and then for the work, and neither event is recorded.
+  CUDA_CHECK(cudaStreamSynchronize(copy));
+  work(compute);
+  CUDA_CHECK(cudaStreamSynchronize(compute));
 }
 
 }  // namespace lesson09

@@ -4,6 +4,8 @@
 //   2. a worker: its device, streams, buffer sets, the per-batch sequence, graphs, results
 //   3. the producer and run_pipeline: threads, start barrier, failure -> clean stop
 //   4. the serial tutorial loop, and the measurements the bound needs
+// and, for the tests, FaultingEngine (a device fault) beside FailingEngine, and StreamGate (a
+// kernel that holds a stream until the host opens it) before 4.
 #include "pipeline.cuh"
 
 #include <cublas_v2.h>
@@ -287,6 +289,33 @@ bool FailingEngine::enqueue(cudaStream_t stream) {
   return ColorEngine::enqueue(stream);
 }
 
+namespace {
+// One thread: counts the engine's runs in stream order and, on run `fault_on_run`, writes
+// through `bad` (nullptr): an illegal address, the device fault the test provokes.
+__global__ void fault_on_run_kernel(unsigned* runs, unsigned fault_on_run, int* bad) {
+  const unsigned run = ++*runs;
+  if (run == fault_on_run) *bad = 1;
+}
+}  // namespace
+
+FaultingEngine::FaultingEngine(const ColorEngineOptions& options, int fault_on_run)
+    : ColorEngine(options), runs_(1), fault_on_run_(fault_on_run) {
+  if (fault_on_run < 1) {
+    throw std::invalid_argument("FaultingEngine: fault_on_run must be >= 1, got " +
+                                std::to_string(fault_on_run));
+  }
+  CUDA_CHECK(cudaMemset(runs_.data(), 0, runs_.bytes()));
+  CUDA_CHECK(cudaDeviceSynchronize());  // the memset ran on the legacy stream
+}
+
+bool FaultingEngine::enqueue(cudaStream_t stream) {
+  if (!ColorEngine::enqueue(stream)) return false;
+  fault_on_run_kernel<<<1, 1, 0, stream>>>(runs_.data(), static_cast<unsigned>(fault_on_run_),
+                                           nullptr);
+  CUDA_CHECK_LAUNCH();
+  return true;
+}
+
 EngineSpec color_engine_spec(const PipelineConfig& config, double gflop_per_frame) {
   EngineSpec spec;
   spec.shape = {config.batch, 3, config.input_height, config.input_width};
@@ -306,6 +335,18 @@ EngineSpec failing_engine_spec(const PipelineConfig& config, std::int64_t fail_f
   options.gflop_per_frame = 0.0;
   spec.make = [options, fail_frame](int) {
     return std::make_unique<FailingEngine>(options, fail_frame);
+  };
+  return spec;
+}
+
+EngineSpec faulting_engine_spec(const PipelineConfig& config, int fault_on_run) {
+  EngineSpec spec = color_engine_spec(config, 0.0);
+  ColorEngineOptions options;
+  options.input = spec.shape;
+  options.num_classes = config.num_classes;
+  options.gflop_per_frame = 0.0;
+  spec.make = [options, fault_on_run](int) {
+    return std::make_unique<FaultingEngine>(options, fault_on_run);
   };
   return spec;
 }
@@ -597,11 +638,14 @@ class Worker {
       for (BufferSet& set : sets_) {
         if (!set.busy) continue;
         const cudaError_t q = cudaEventQuery(*set.done);
-        if (q == cudaSuccess) {
+        if (q == cudaErrorNotReady) {
+          // "Not ready" is an answer, not an error: do not let a later CUDA_CHECK_LAUNCH
+          // (cudaGetLastError) report it.
+          if (cudaPeekAtLastError() == cudaErrorNotReady) cudaGetLastError();
+        } else {
+          // Done, or an error (a device fault in the batch's work, say): finish's wait reports
+          // it as this batch's, and the worker stops.
           finish(set);
-        } else if (q == cudaErrorNotReady && cudaPeekAtLastError() == cudaErrorNotReady) {
-          cudaGetLastError();  // "not ready" is an answer, not an error: do not let a later
-                               // CUDA_CHECK_LAUNCH (cudaGetLastError) report it
         }
       }
       stage_ = "waiting for frames";
@@ -654,8 +698,8 @@ class Worker {
     }
     engine_->set_batch_frames(ids.data(), b);
     cudaStream_t copy = copy_ ? copy_->get() : compute_->get();
+    stage_ = "H2D";
     {
-      stage_ = "H2D";
       NvtxRange r("H2D");
       if (c_.trace) set.start->record(copy);
       for (int i = 0; i < b; ++i) {
@@ -663,10 +707,13 @@ class Worker {
                                    slots_[set.taken[i].slot].data(), set.sizes[i].bytes(),
                                    cudaMemcpyHostToDevice, copy));
       }
-      set.copied->record(copy);
-      if (copy_) CUDA_CHECK(cudaStreamWaitEvent(*compute_, *set.copied, 0));
     }
-    {
+    // The device work of the batch, on the stream enqueue_after_copy gives it.
+    const auto work = [&](cudaStream_t stream) {
+      if (stream != compute_->get()) {
+        // The graphs were captured, and lesson 06's tables uploaded, on the compute stream.
+        throw std::logic_error("enqueue_after_copy: work must be given the compute stream");
+      }
       stage_ = c_.graphs ? "graph launch" : "letterbox + engine + postprocess";
       NvtxRange r("letterbox + engine + postprocess");
       if (c_.graphs) {
@@ -679,12 +726,18 @@ class Worker {
           capture(set, set.sizes, true);
           stage_ = "graph launch";
         }
-        set.graphs[b].launch(*compute_);
+        const bool fail = std::any_of(
+            set.taken.begin(), set.taken.end(),
+            [&](const SlotRing::Taken& t) { return t.frame == c_.test_fail_graph_launch_at; });
+        if (fail) CUDA_CHECK(cudaGraphLaunch(nullptr, stream));  // refused (tests only)
+        set.graphs[b].launch(stream);
       } else {
-        enqueue_device_work(set, *engine_, c_, set.sizes, out_elems_, *compute_, c_.trace);
+        enqueue_device_work(set, *engine_, c_, set.sizes, out_elems_, stream, c_.trace);
       }
-      set.done->record(*compute_);
-    }
+    };
+    // Exercise 4: `copied` after the copies, the work after them on the GPU (this thread goes
+    // on), `done` after the work.
+    enqueue_after_copy(copy, *compute_, *set.copied, *set.done, work);
     // Exercise 3: the slots go back to the producer only once the copy engine has read them.
     stage_ = "slot release";
     if (c_.test_skip_slot_wait) {
@@ -876,6 +929,78 @@ RunReport run_pipeline(const PipelineConfig& config, const EngineSpec& engine) {
   // Wall time: the start barrier (warm-up done) to the last thread's exit (the last result).
   report.wall_s = 1e-6 * us_between(shared.start, Clock::now());
   return report;
+}
+
+// ------------------------------------------------------------------------------ test gates
+
+namespace {
+// One thread: announces that it holds the stream, then polls the host's flag (mapped pinned
+// memory: volatile, so every read goes to the host's memory) until it is set or the guard's
+// cycles have passed, and writes which. __threadfence_system makes each write visible to the
+// host before the next step.
+__global__ void stream_gate_kernel(int* shared, long long guard_cycles) {
+  volatile int* flag = shared;
+  volatile int* state = shared + 1;
+  *state = static_cast<int>(StreamGate::State::holding);
+  __threadfence_system();
+  const long long start = clock64();
+  int outcome = static_cast<int>(StreamGate::State::timed_out);
+  while (clock64() - start < guard_cycles) {
+    if (*flag != 0) {
+      outcome = static_cast<int>(StreamGate::State::opened);
+      break;
+    }
+  }
+  *state = outcome;
+  __threadfence_system();
+}
+}  // namespace
+
+StreamGate::StreamGate(double guard_s) {
+  if (!(std::isfinite(guard_s) && guard_s > 0)) {
+    throw std::invalid_argument("StreamGate: guard_s must be finite and > 0 seconds");
+  }
+  int device = 0, clock_khz = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, device));  // peak, kHz
+  guard_cycles_ = static_cast<long long>(guard_s * clock_khz * 1e3);
+  shared_ = course::PinnedBuffer<int>(2, cudaHostAllocMapped);
+  shared_[0] = 0;
+  shared_[1] = static_cast<int>(State::not_started);
+  CUDA_CHECK(
+      cudaHostGetDevicePointer(reinterpret_cast<void**>(&device_shared_), shared_.data(), 0));
+}
+
+void StreamGate::hold(cudaStream_t stream) {
+  if (held_) throw std::logic_error("StreamGate::hold: a gate holds one stream once");
+  held_ = true;
+  stream_gate_kernel<<<1, 1, 0, stream>>>(device_shared_, guard_cycles_);
+  CUDA_CHECK_LAUNCH();
+}
+
+void StreamGate::open() {
+  volatile int* flag = shared_.data();
+  *flag = 1;
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+}
+
+StreamGate::State StreamGate::state() const {
+  const volatile int* state = shared_.data() + 1;
+  return static_cast<State>(*state);
+}
+
+const char* to_string(StreamGate::State state) {
+  switch (state) {
+    case StreamGate::State::not_started:
+      return "not started";
+    case StreamGate::State::holding:
+      return "holding";
+    case StreamGate::State::opened:
+      return "opened";
+    case StreamGate::State::timed_out:
+      return "timed out (its guard fired: nobody opened it in time)";
+  }
+  return "unknown";
 }
 
 // ------------------------------------------------- 4. the serial tutorial loop, measurements

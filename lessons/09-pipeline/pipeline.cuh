@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "common/memory.hpp"
 #include "pipeline_host.hpp"
 #include "postprocess.cuh"  // lesson 08
 
@@ -132,6 +133,22 @@ class FailingEngine : public ColorEngine {
   bool fail_next_ = false;
 };
 
+// Test only: a ColorEngine that writes to an illegal address on its `fault_on_run`-th run (a
+// device-side count, in stream order, so a CUDA graph that replays the engine counts too): a
+// device fault, the sticky error after which every CUDA call of the process fails
+// (cudaErrorIllegalAddress). Run it only in a process of its own. Throws std::invalid_argument
+// unless fault_on_run >= 1.
+class FaultingEngine : public ColorEngine {
+ public:
+  FaultingEngine(const ColorEngineOptions& options, int fault_on_run);
+  bool enqueue(cudaStream_t stream) override;
+  std::string name() const override { return "FaultingEngine"; }
+
+ private:
+  course::DeviceBuffer<unsigned> runs_;  // [1]: the engine's runs so far
+  int fault_on_run_;
+};
+
 // How the pipeline gets an engine: its shape, checked against the config before any thread
 // starts, and a factory that each worker calls on its own thread, after binding its device.
 struct EngineSpec {
@@ -140,6 +157,7 @@ struct EngineSpec {
 };
 EngineSpec color_engine_spec(const PipelineConfig& config, double gflop_per_frame);
 EngineSpec failing_engine_spec(const PipelineConfig& config, std::int64_t fail_frame);
+EngineSpec faulting_engine_spec(const PipelineConfig& config, int fault_on_run);
 
 // ---------------------------------------------------------------------------------- pipeline
 
@@ -192,6 +210,31 @@ RunReport run_pipeline(const PipelineConfig& config, const EngineSpec& engine);
 // cudaMemcpy, one stream, one frame at a time (config.frames frames; batch, workers, graphs and
 // resize_at ignored). The baseline of the table.
 RunReport run_serial_tutorial(const PipelineConfig& config, const EngineSpec& engine);
+
+// ----------------------------------------------------------------------------- test gates
+
+// Test only: a gate on a stream, so that a test can hold a stream's later work back and see
+// what a host call does meanwhile, with no timing assertion. hold(stream) enqueues a one-thread
+// kernel that spins until open() is called (it polls a flag in mapped pinned memory with
+// volatile reads), so the stream's work queued after it waits. A guard makes the kernel end by
+// itself after `guard_s` seconds, counted in SM clock cycles at the device's peak clock (so at
+// least that long), recording that it timed out: nothing can hang. One hold per gate. The
+// device is the current one at construction; throws std::invalid_argument unless guard_s is
+// finite and > 0, course::CudaError for a failed call.
+class StreamGate {
+ public:
+  enum class State { not_started = 0, holding = 1, opened = 2, timed_out = 3 };
+  explicit StreamGate(double guard_s = 5.0);
+  void hold(cudaStream_t stream);  // throws std::logic_error the second time
+  void open();                     // any thread
+  State state() const;             // what the kernel last wrote: read while it runs, or after
+ private:
+  course::PinnedBuffer<int> shared_;  // [0] the flag the host sets, [1] the kernel's State
+  int* device_shared_ = nullptr;      // the same memory, as the kernel addresses it
+  long long guard_cycles_ = 0;
+  bool held_ = false;
+};
+const char* to_string(StreamGate::State state);
 
 // ------------------------------------------------------------------------------ measurements
 

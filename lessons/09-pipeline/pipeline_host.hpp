@@ -19,6 +19,7 @@
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -172,9 +173,24 @@ class SlotRing {
 // EXERCISE 3. The slot-reuse wait. A worker has enqueued the H2D copies of `slots` on a stream
 // and recorded `copied` after them; the producer may overwrite those pinned slots only once the
 // copy engine has read them. Wait for the event (cudaEventSynchronize), then ring.release each
-// slot. Releasing before the wait is the race the tests catch (test_skip_slot_wait). Throws
-// course::CudaError if the wait reports an error (the slots stay in flight).
+// slot. Releasing before the wait is the race the tests catch (test_skip_slot_wait); waiting for
+// the whole stream or device instead also waits for the engine queued after the copies, which a
+// test catches too. Throws course::CudaError if the wait reports an error (the slots stay in
+// flight).
 void release_after_copy(SlotRing& ring, const std::vector<int>& slots, cudaEvent_t copied);
+
+// EXERCISE 4. The batch's event protocol between the copy stream and the compute stream. A
+// worker has queued the H2D copies of a batch on `copy` and nothing after them yet; `work(s)`
+// enqueues the batch's device work (letterbox, engine, postprocess and the D2H of its results,
+// or the CUDA graph of them) on the stream s it is given. Records `copied` on `copy` after the
+// copies (release_after_copy waits for it), makes the work on `compute` start only after it
+// without this thread waiting (the GPU waits), calls work(compute), then records `done` on
+// `compute` (the worker reads the results and reuses the batch's buffers once it completes).
+// Returns without waiting for the GPU. `copy` and `compute` may be the same stream (no copy
+// stream). Throws course::CudaError for a failed call; an exception from work propagates
+// (`done` is then not recorded).
+void enqueue_after_copy(cudaStream_t copy, cudaStream_t compute, cudaEvent_t copied,
+                        cudaEvent_t done, const std::function<void(cudaStream_t)>& work);
 
 // EXERCISE 2. Per-thread device binding: a worker thread calls this first, before it creates a
 // stream or allocates anything. The current device is per host thread (Programming Guide,
@@ -220,6 +236,10 @@ struct PipelineConfig {
   // Test only: release a slot as soon as its copy is ENQUEUED, not when its event completes.
   // The race the event wait prevents; a test proves that the checks catch it.
   bool test_skip_slot_wait = false;
+  // Test only: with graphs, the batch that holds this frame launches an executable graph that
+  // was never instantiated (a null cudaGraphExec_t), so cudaGraphLaunch fails: the path of a
+  // graph launch the runtime refuses. -1: never.
+  std::int64_t test_fail_graph_launch_at = -1;
 };
 
 // Throws std::invalid_argument, saying what was expected, for: workers < 1 or > 64, no devices

@@ -45,4 +45,16 @@ void release_after_copy(SlotRing& ring, const std::vector<int>& slots, cudaEvent
   for (int s : slots) ring.release(s);
 }
 
+// Exercise 4. Events order work between streams on the GPU: the compute stream waits for the
+// copy stream's event without the host blocking, so this thread goes on to take the next batch
+// while the copies and the work run (Programming Guide, "Asynchronous Concurrent Execution",
+// events). `done` is recorded where the batch's last work is, on the compute stream.
+void enqueue_after_copy(cudaStream_t copy, cudaStream_t compute, cudaEvent_t copied,
+                        cudaEvent_t done, const std::function<void(cudaStream_t)>& work) {
+  CUDA_CHECK(cudaEventRecord(copied, copy));
+  if (compute != copy) CUDA_CHECK(cudaStreamWaitEvent(compute, copied, 0));  // one stream: in order
+  work(compute);
+  CUDA_CHECK(cudaEventRecord(done, compute));
+}
+
 }  // namespace lesson09

@@ -7,19 +7,36 @@
 // boxes from the pixels it receives, so a frame that went to the wrong buffer, a slot
 // overwritten before its copy, or an image of a batch read at the wrong offset gives wrong boxes.
 #include <cuda_runtime_api.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
-#include <exception>
+#include <cstring>
 #include <cstdlib>
+#include <exception>
+#include <functional>
 #include <map>
+#include <set>
+#include <sstream>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <vector>
 
+#include "common/cuda_check.hpp"
+#include "common/memory.hpp"
+#include "common/process.hpp"
+#include "common/stream.hpp"
 #include "common/testing.hpp"
 #include "pipeline.cuh"
+
+extern char** environ;
 
 using course::testing::Contains;
 using namespace lesson09;
@@ -84,6 +101,133 @@ PipelineConfig small_config() {
   PipelineConfig c;
   c.frames = 16;
   return c;
+}
+
+// Polls `ready` every millisecond for at most `limit`: a bounded wait that gives something the
+// chance to happen, never an assertion about how long it took.
+template <class F>
+bool wait_until(F ready, std::chrono::milliseconds limit) {
+  const auto end = std::chrono::steady_clock::now() + limit;
+  while (!ready()) {
+    if (std::chrono::steady_clock::now() >= end) return false;
+    std::this_thread::sleep_for(1ms);
+  }
+  return true;
+}
+
+// Whatever way a gate test leaves (a failed REQUIRE, an exception), its gates are opened and its
+// streams drained before the buffers the GPU uses are freed. Declared after them.
+struct OpenGatesOnExit {
+  std::vector<StreamGate*> gates;
+  std::vector<cudaStream_t> streams;
+  ~OpenGatesOnExit() {
+    for (StreamGate* g : gates) g->open();
+    for (cudaStream_t s : streams) cudaStreamSynchronize(s);
+  }
+};
+
+// Checked after the test's own launches and copies, before the code under test runs: a gate
+// that already timed out means one of them blocked the host until the guard fired (kernel
+// launches made synchronous, CUDA_LAUNCH_BLOCKING=1 say), so no gate can hold a stream back
+// while the host goes on, and the test has nothing to observe.
+bool host_waited_for(const StreamGate& gate) {
+  return gate.state() == StreamGate::State::timed_out;
+}
+
+// A child probe (CHILD_PROBE) run with a deadline: killed (SIGKILL) if it has not ended by then,
+// so that a pipeline that hangs fails its test instead of hanging the suite.
+struct ChildRun {
+  int exit_code = -1;  // the exit status, or 128 + the signal that ended it
+  bool timed_out = false;
+  std::string output;
+  std::map<std::string, std::string> values;  // its "key=value" lines
+  std::string value(const std::string& key) const {
+    const auto it = values.find(key);
+    return it == values.end() ? "(not reported)" : it->second;
+  }
+};
+
+ChildRun run_probe_with_deadline(const std::string& probe, std::chrono::seconds deadline) {
+  int fds[2];
+  if (pipe(fds) != 0) throw std::system_error(errno, std::generic_category(), "pipe");
+  const std::string exe = course::self_executable();
+  std::vector<std::string> args = {exe, "--child-probe", probe};
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, fds[1], STDOUT_FILENO);
+  posix_spawn_file_actions_adddup2(&actions, fds[1], STDERR_FILENO);
+  posix_spawn_file_actions_addclose(&actions, fds[0]);
+  pid_t pid = 0;
+  const int rc = posix_spawn(&pid, exe.c_str(), &actions, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  close(fds[1]);
+  if (rc != 0) {
+    close(fds[0]);
+    throw std::system_error(rc, std::generic_category(), "posix_spawn " + exe);
+  }
+  ChildRun run;
+  const auto end = std::chrono::steady_clock::now() + deadline;
+  const auto ms_left = [&] {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(end -
+                                                                 std::chrono::steady_clock::now())
+        .count();
+  };
+  char buf[4096];
+  for (;;) {  // read until the child closes its output (it ended) or the deadline passes
+    const long long left = ms_left();
+    if (left <= 0) {
+      run.timed_out = true;
+      break;
+    }
+    pollfd p{fds[0], POLLIN, 0};
+    const int ready = poll(&p, 1, static_cast<int>(std::min<long long>(left, 100)));
+    if (ready < 0 && errno != EINTR) break;
+    if (ready <= 0) continue;
+    const ssize_t n = read(fds[0], buf, sizeof buf);
+    if (n > 0) {
+      run.output.append(buf, static_cast<std::size_t>(n));
+    } else if (n == 0 || errno != EINTR) {
+      break;
+    }
+  }
+  close(fds[0]);
+  int status = 0;
+  for (;;) {  // its output is closed: it is ending, but give that the same deadline
+    const pid_t done = waitpid(pid, &status, WNOHANG);
+    if (done == pid) break;
+    if (done < 0 && errno != EINTR)
+      throw std::system_error(errno, std::generic_category(), "waitpid");
+    if (run.timed_out || ms_left() <= 0) {
+      run.timed_out = true;
+      kill(pid, SIGKILL);
+      while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+      }
+      break;
+    }
+    std::this_thread::sleep_for(10ms);
+  }
+  run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  std::istringstream lines(run.output);
+  for (std::string line; std::getline(lines, line);) {
+    const auto eq = line.find('=');
+    if (eq != std::string::npos && eq > 0 && line.find(' ') > eq) {
+      run.values[line.substr(0, eq)] = line.substr(eq + 1);
+    }
+  }
+  return run;
+}
+
+// A PipelineError as key=value lines for the parent (what() on one line).
+void report_pipeline_error(const PipelineError& e) {
+  std::string what = e.what();
+  std::replace(what.begin(), what.end(), '\n', ' ');
+  course::testing::report("outcome", "PipelineError");
+  course::testing::report("stage", e.stage());
+  course::testing::report("frame", e.frame());
+  course::testing::report("what", what);
 }
 
 }  // namespace
@@ -575,6 +719,207 @@ TEST_CASE("with the slot-reuse wait, the race setup gives right answers", "[gpu]
   CHECK(r.repeated == 0);
 }
 
+// Exercise 3 without a race to win: gates (StreamGate: a kernel that holds its stream until the
+// test opens it) stand before the copies and after `copied`, where the engine would be. Until the
+// first opens, the copies cannot run, so no slot may come back; once it opens, every slot must
+// come back while the second still holds the stream. A release that waits for the stream or the
+// device returns only when the second gate's guard (5 s) fires, and the test sees that it fired.
+TEST_CASE("release_after_copy waits for its event and only for it", "[ex3][gpu]") {
+  int device = 0;
+  REQUIRE(cudaGetDevice(&device) == cudaSuccess);
+  constexpr std::size_t kBytes = 64 << 10;
+  SlotRing ring(3, Backpressure::block);
+  std::vector<course::PinnedBuffer<std::uint8_t>> slot_memory;
+  for (int i = 0; i < ring.depth(); ++i) {
+    slot_memory.emplace_back(kBytes);
+    std::memset(slot_memory.back().data(), 10 + i, kBytes);
+  }
+  course::DeviceBuffer<std::uint8_t> frames(2 * kBytes);
+  course::Stream stream;
+  course::Event copied(cudaEventDisableTiming);
+  StreamGate before_copies, after_copies;
+  for (std::int64_t k = 0; k < 2; ++k) ring.publish(*ring.acquire(), k, Clock::now());
+  const std::vector<SlotRing::Taken> taken = ring.take(2, 0, 1ms);  // two in flight, one free
+  REQUIRE(taken.size() == 2);
+  std::vector<int> slots;
+  for (const SlotRing::Taken& t : taken) slots.push_back(t.slot);
+
+  // What a worker queues: the copies and `copied`, then (the gate after) the engine.
+  before_copies.hold(stream);
+  OpenGatesOnExit drain{{&before_copies, &after_copies}, {stream.get()}};
+  for (std::size_t i = 0; i < slots.size(); ++i) {
+    CUDA_CHECK(cudaMemcpyAsync(frames.data() + i * kBytes, slot_memory[slots[i]].data(), kBytes,
+                               cudaMemcpyHostToDevice, stream));
+  }
+  copied.record(stream);
+  after_copies.hold(stream);
+  if (host_waited_for(before_copies)) {
+    WARN(
+        "a launch or a copy blocked the host until a gate's guard fired (CUDA_LAUNCH_BLOCKING=1?"
+        " a tool that serialises?): nothing to check here");
+    return;
+  }
+
+  std::atomic<bool> returned{false};
+  std::atomic<int> copied_at_return{-1};  // cudaEventQuery(copied) as it returned
+  std::exception_ptr error;               // an exception must not escape a std::thread
+  std::thread worker([&] {
+    try {
+      CUDA_CHECK(cudaSetDevice(device));  // the worker's device, as bind_worker_device does
+      release_after_copy(ring, slots, copied);
+      copied_at_return = static_cast<int>(cudaEventQuery(copied));
+    } catch (...) {
+      error = std::current_exception();
+    }
+    returned = true;
+  });
+  // A release that does not wait comes back within microseconds; one that waits cannot come back
+  // while the copies are held. The 200 ms are the first one's chance, not a timing assertion.
+  wait_until([&] { return returned.load(); }, 200ms);
+  const bool returned_while_held = returned.load();
+  std::vector<SlotRing::State> while_held;
+  for (int s : slots) while_held.push_back(ring.state(s));
+  before_copies.open();
+  worker.join();  // a release that waits for more than `copied` ends when after_copies' guard fires
+  const StreamGate::State after_copies_at_return = after_copies.state();
+  after_copies.open();
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+  if (error) std::rethrow_exception(error);
+
+  INFO("release_after_copy returned while the copies were held: " << returned_while_held);
+  CHECK_FALSE(returned_while_held);
+  for (const SlotRing::State st : while_held) CHECK(st == SlotRing::State::in_flight);
+  INFO("cudaEventQuery(copied) when it returned: "
+       << cudaGetErrorName(static_cast<cudaError_t>(copied_at_return.load())));
+  CHECK(copied_at_return.load() == static_cast<int>(cudaSuccess));
+  INFO("the gate after `copied` (the engine's place) when it returned: "
+       << to_string(after_copies_at_return)
+       << "; timed out means it waited for the stream or the device, not for its event");
+  CHECK(after_copies_at_return != StreamGate::State::timed_out);
+  CHECK(after_copies.state() == StreamGate::State::opened);
+  CHECK(before_copies.state() == StreamGate::State::opened);
+  for (int s : slots) CHECK(ring.state(s) == SlotRing::State::free);
+}
+
+// ------------------------------------------------------------------------- exercise 4
+
+// The event protocol alone, with gates: one on the copy stream before the copies, two in the
+// work (before it reads the frames and at its end). Until the copy gate opens, the work may not
+// get past its first gate even when that one is open, `copied` and `done` may not complete, and
+// the call must already have returned; then `copied` completes with the copies while `done`
+// still waits for the work. Every gate opened by the test, none by its guard (5 s): nobody on
+// the host waited for the GPU.
+TEST_CASE("enqueue_after_copy orders the work after the copies on the GPU",
+          "[ex4][gpu][stream-gate]") {
+  constexpr std::size_t kCount = 1 << 14;
+  const std::size_t bytes = kCount * sizeof(int);
+  course::PinnedBuffer<int> source(kCount), result(kCount);
+  for (std::size_t i = 0; i < kCount; ++i) {
+    source[i] = 1000 + static_cast<int>(i);  // the new frame
+    result[i] = -1;
+  }
+  course::DeviceBuffer<int> frames(kCount);
+  CUDA_CHECK(cudaMemset(frames.data(), 0, bytes));  // the old frame: zeros
+  CUDA_CHECK(cudaDeviceSynchronize());
+  course::Stream copy, compute;
+  course::Event copied(cudaEventDisableTiming), done(cudaEventDisableTiming);
+  StreamGate copies_held, work_start, work_end;
+  int work_calls = 0;
+  cudaStream_t work_stream = nullptr;
+  const std::function<void(cudaStream_t)> work = [&](cudaStream_t s) {
+    ++work_calls;
+    work_stream = s;
+    if (work_calls > 1) throw std::logic_error("work called more than once");
+    work_start.hold(s);
+    CUDA_CHECK(cudaMemcpyAsync(result.data(), frames.data(), bytes, cudaMemcpyDeviceToHost, s));
+    work_end.hold(s);
+  };
+
+  // The probe: a second kernel, on a third stream, launched while the copy gate holds. A tool
+  // that runs one kernel at a time (compute-sanitizer does) blocks that launch until the copy
+  // gate's guard fires, and would block the work's launch inside enqueue_after_copy the same way.
+  course::Stream side;
+  StreamGate probe;
+  copies_held.hold(copy);
+  OpenGatesOnExit drain{{&copies_held, &probe, &work_start, &work_end},
+                        {copy.get(), compute.get(), side.get()}};
+  probe.hold(side);
+  probe.open();
+  CUDA_CHECK(cudaMemcpyAsync(frames.data(), source.data(), bytes, cudaMemcpyHostToDevice, copy));
+  if (host_waited_for(copies_held)) {
+    WARN(
+        "a launch or a copy blocked the host until a gate's guard fired (CUDA_LAUNCH_BLOCKING=1?"
+        " a tool that serialises?): nothing to check here");
+    return;
+  }
+  enqueue_after_copy(copy, compute, copied, done, work);
+  const StreamGate::State copies_at_return = copies_held.state();
+
+  // The work's first gate opens; 200 ms for the work to get as far as the events let it (no
+  // time assertion: with the protocol right, it cannot pass the copies however long it waits).
+  work_start.open();
+  wait_until([&] { return work_end.state() != StreamGate::State::not_started; }, 200ms);
+  const StreamGate::State end_before_copies = work_end.state();
+  const cudaError_t copied_before = cudaEventQuery(copied);
+  const cudaError_t done_before = cudaEventQuery(done);
+  cudaGetLastError();  // "not ready" is an answer
+
+  copies_held.open();
+  CUDA_CHECK(cudaStreamSynchronize(copy));
+  const cudaError_t copied_after = cudaEventQuery(copied);
+  const cudaError_t done_while_work_held = cudaEventQuery(done);
+  cudaGetLastError();
+  work_end.open();
+  CUDA_CHECK(cudaStreamSynchronize(compute));
+  const cudaError_t done_at_end = cudaEventQuery(done);
+
+  INFO("the copy gate when enqueue_after_copy returned: " << to_string(copies_at_return)
+                                                          << " (timed out: the host waited)");
+  CHECK(copies_at_return != StreamGate::State::timed_out);
+  CHECK(work_calls == 1);
+  CHECK(work_stream == compute.get());
+  INFO("the work's end gate while the copies were held: "
+       << to_string(end_before_copies) << " (anything but not started: the work ran first)");
+  CHECK(end_before_copies == StreamGate::State::not_started);
+  INFO("before the copies: copied " << cudaGetErrorName(copied_before) << ", done "
+                                    << cudaGetErrorName(done_before));
+  CHECK(copied_before == cudaErrorNotReady);
+  CHECK(done_before == cudaErrorNotReady);
+  INFO("after the copies, the work held: copied " << cudaGetErrorName(copied_after) << ", done "
+                                                  << cudaGetErrorName(done_while_work_held));
+  CHECK(copied_after == cudaSuccess);
+  CHECK(done_while_work_held == cudaErrorNotReady);
+  CHECK(done_at_end == cudaSuccess);
+  for (const StreamGate* g : {&copies_held, &work_start, &work_end}) {
+    INFO("gate: " << to_string(g->state()));
+    CHECK(g->state() == StreamGate::State::opened);
+  }
+  int wrong = 0;
+  for (std::size_t i = 0; i < kCount; ++i) wrong += result[i] != source[i];
+  INFO("elements the work read before the new frame arrived: " << wrong << " of " << kCount);
+  CHECK(wrong == 0);
+}
+
+TEST_CASE("with a copy stream every frame once and right: graphs off and on", "[ex4][gpu]") {
+  const bool graphs = GENERATE(false, true);
+  PipelineConfig c;
+  c.workers = 2;
+  c.batch = 4;
+  c.max_wait_us = 5000;
+  c.queue_depth = 8;
+  c.copy_stream = true;
+  c.graphs = graphs;
+  c.frames = std::min<std::int64_t>(grid_frames(), 200);
+  INFO("graphs " << graphs);
+  const RunReport report = run_pipeline(c, color_engine_spec(c, 0.0));
+  const RunCheck r = check_run(report, c);
+  INFO(r.first_problem);
+  CHECK(report.results.size() == static_cast<std::size_t>(c.frames));
+  CHECK(r.wrong == 0);
+  CHECK(r.missing == 0);
+  CHECK(r.repeated == 0);
+}
+
 TEST_CASE("skipping the slot-reuse wait is caught by the checks", "[gpu][host-race]") {
   PipelineConfig c = race_config();
   c.test_skip_slot_wait = true;
@@ -612,6 +957,86 @@ TEST_CASE("an engine that fails on frame k stops the pipeline cleanly, naming fr
   const RunReport ok = run_pipeline(c, color_engine_spec(c, 0.0));
   CHECK(check_run(ok, c).wrong == 0);
   CHECK(ok.results.size() == 50);
+}
+
+// A device fault is sticky: the context is lost for the rest of the process, so it is made only
+// in a child process (the test binary again, `--child-probe pipeline_device_fault`), which the
+// test kills if it has not ended by its deadline.
+CHILD_PROBE(pipeline_device_fault) {
+  PipelineConfig c;
+  c.workers = 2;
+  c.batch = 1;
+  c.graphs = true;
+  c.frames = 400;
+  try {
+    // Each worker's engine faults on its 12th run: 2 at warm-up, then its 10th batch.
+    run_pipeline(c, faulting_engine_spec(c, 12));
+    course::testing::report("outcome", "returned");
+  } catch (const PipelineError& e) {
+    report_pipeline_error(e);
+  }
+  return 0;
+}
+
+TEST_CASE(
+    "a device fault in the engine with graphs on: PipelineError names the stage; nothing hangs",
+    "[gpu][provokes-error]") {
+  const ChildRun child = run_probe_with_deadline("pipeline_device_fault", 120s);
+  INFO("child probe pipeline_device_fault printed:\n" << child.output);
+  REQUIRE_FALSE(child.timed_out);  // it was killed: a thread never ended
+  CHECK(child.exit_code == 0);
+  REQUIRE(child.value("outcome") == "PipelineError");
+  // A fault shows at the next call that looks at the GPU, on whichever thread makes it: the
+  // stage names where the worker was when it learnt of it.
+  const std::set<std::string> stages = {"H2D", "graph launch", "slot release",
+                                        "GPU work (reported at the batch's completion)"};
+  const std::string stage = child.value("stage");
+  CHECK(stages.count(stage) == 1);
+  CHECK_THAT(child.value("what"), Contains("stage " + stage));
+  CHECK_THAT(child.value("what"), Contains("cudaErrorIllegalAddress"));
+  CHECK(std::atoll(child.value("frame").c_str()) >= 0);
+}
+
+// A refused cudaGraphLaunch (PipelineConfig::test_fail_graph_launch_at: a null executable
+// graph for the batch of frame 77) is not sticky: the probe runs the pipeline again after it.
+// In a child too, so that a pipeline that hangs cannot hang the suite.
+CHILD_PROBE(pipeline_graph_launch_refused) {
+  PipelineConfig c;
+  c.workers = 2;
+  c.batch = 1;
+  c.graphs = true;
+  c.frames = 200;
+  c.test_fail_graph_launch_at = 77;
+  try {
+    run_pipeline(c, color_engine_spec(c, 0.0));
+    course::testing::report("outcome", "returned");
+  } catch (const PipelineError& e) {
+    report_pipeline_error(e);
+  }
+  cudaGetLastError();
+  PipelineConfig next = c;
+  next.test_fail_graph_launch_at = -1;
+  next.frames = 50;
+  const RunReport report = run_pipeline(next, color_engine_spec(next, 0.0));
+  const RunCheck r = check_run(report, next);
+  course::testing::report("next_results", report.results.size());
+  course::testing::report("next_wrong", r.wrong + r.missing + r.repeated);
+  return 0;
+}
+
+TEST_CASE("a refused graph launch: PipelineError names frame and stage and the next run works",
+          "[gpu][provokes-error]") {
+  const ChildRun child = run_probe_with_deadline("pipeline_graph_launch_refused", 120s);
+  INFO("child probe pipeline_graph_launch_refused printed:\n" << child.output);
+  REQUIRE_FALSE(child.timed_out);
+  CHECK(child.exit_code == 0);
+  REQUIRE(child.value("outcome") == "PipelineError");
+  CHECK(child.value("stage") == "graph launch");
+  CHECK(child.value("frame") == "77");
+  CHECK_THAT(child.value("what"), Contains("frame 77, stage graph launch"));
+  CHECK_THAT(child.value("what"), Contains("cudaGraphLaunch"));
+  CHECK(child.value("next_results") == "50");
+  CHECK(child.value("next_wrong") == "0");
 }
 
 TEST_CASE("out-of-range device ordinals are refused with the valid range before any thread starts",
