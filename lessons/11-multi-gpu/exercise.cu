@@ -8,15 +8,21 @@
 // hand-off call YOUR code there. (The lesson binary, lesson11, always runs the solutions.) Until
 // you solve an exercise, its stub fails loudly (an exception) or races, and its tests fail.
 //
-// The README's "Exercises" section has the hints; multi_gpu_host.hpp and multi_gpu.cuh document
-// each function.
+// The README's "Exercises" section has the hints; multi_gpu_host.hpp, multi_gpu.cuh and
+// tensor_parallel.hpp document each function.
 #include <cuda_runtime_api.h>
 
 #include <stdexcept>
+#include <vector>
 
 #include "common/cuda_check.hpp"
 #include "multi_gpu.cuh"
 #include "multi_gpu_host.hpp"
+#include "tensor_parallel.hpp"
+
+#ifdef COURSE_HAVE_NCCL
+#include <nccl.h>  // only where CMake found NCCL: see exercise 4
+#endif
 
 namespace lesson11 {
 
@@ -55,6 +61,42 @@ void enqueue_wait(int consumer_device, cudaStream_t consumer, cudaEvent_t produc
   (void)consumer;
   (void)producer_done;
   // TODO(exercise 3): as it stands the consumer reads the flag whenever it gets to run.
+}
+
+// Exercise 4: an all-gather whose ranks contribute different counts (tensor_parallel.hpp states
+// the contract). The column-parallel GEMM gathers its uneven column blocks with it.
+//
+// CPU part: where each rank's elements land.
+//   in:     counts[r], the elements rank r contributes (0 allowed).
+//   out:    count = counts; displ[r] = where rank r's elements start in every receive buffer,
+//           rank order, no gaps; total = the sum.
+//   errors: std::invalid_argument for no counts, or a sum that does not fit std::size_t.
+GatherLayout gather_layout(const std::vector<std::size_t>& counts) {
+  (void)counts;
+  throw std::logic_error("gather_layout: TODO(exercise 4)");
+}
+
+// GPU part: the gather itself, as ONE group of NCCL calls on the group's streams
+// (group.comm(r), group.stream(r); NcclGroup::group_calls runs a body per rank between
+// ncclGroupStart and ncclGroupEnd). Asynchronous: the tests call group.synchronize().
+//   in:     send[r], counts[r] floats on rank r's device; recv[r], gather_layout(counts).total
+//           floats on rank r's device.
+//   out:    every recv[k] = [send[0] | send[1] | ... ] at the layout's displacements.
+//   errors: std::invalid_argument when send, recv or counts does not hold one entry per rank,
+//           or a buffer is null where it must hold data, before any NCCL call.
+// NCCL's functions exist only where CMake found NCCL: write the NCCL calls inside the
+// #ifdef COURSE_HAVE_NCCL branch (the tests that call this are skipped without NCCL).
+void all_gather_uneven(const NcclGroup& group, const std::vector<const float*>& send,
+                       const std::vector<float*>& recv, const std::vector<std::size_t>& counts) {
+  (void)group;
+  (void)send;
+  (void)recv;
+  (void)counts;
+#ifdef COURSE_HAVE_NCCL
+  throw std::logic_error("all_gather_uneven: TODO(exercise 4)");
+#else
+  throw std::runtime_error("all_gather_uneven: " + nccl_build_note());
+#endif
 }
 
 }  // namespace lesson11

@@ -7,12 +7,18 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 
 #include "common/cuda_check.hpp"
 #include "multi_gpu.cuh"
 #include "multi_gpu_host.hpp"
+#include "tensor_parallel.hpp"
+
+#ifdef COURSE_HAVE_NCCL
+#include <nccl.h>
+#endif
 
 namespace lesson11 {
 
@@ -68,6 +74,68 @@ double allgather_bus_factor(int ranks) {
 void enqueue_wait(int consumer_device, cudaStream_t consumer, cudaEvent_t producer_done) {
   CUDA_CHECK(cudaSetDevice(consumer_device));
   CUDA_CHECK(cudaStreamWaitEvent(consumer, producer_done, 0));
+}
+
+// Exercise 4, CPU part. The displacements are the exclusive prefix sum of the counts.
+GatherLayout gather_layout(const std::vector<std::size_t>& counts) {
+  if (counts.empty()) throw std::invalid_argument("gather_layout: no counts (one per rank)");
+  GatherLayout layout;
+  layout.count = counts;
+  for (const std::size_t c : counts) {
+    if (c > SIZE_MAX - layout.total) {
+      throw std::invalid_argument("gather_layout: the counts add up to more than SIZE_MAX");
+    }
+    layout.displ.push_back(layout.total);
+    layout.total += c;
+  }
+  return layout;
+}
+
+// Exercise 4, GPU part. NCCL has no all-gather of uneven counts (ncclAllGather takes one count
+// for every rank), so it is built from one ncclBroadcast per rank, rooted at that rank, into
+// its slice of every receive buffer, all inside one NCCL group: NCCL then issues them as one
+// launch per GPU. Why broadcasts rather than ncclSend/ncclRecv pairs:
+//  - every rank makes the same calls in the same order (roots 0, 1, ..., g-1, the same counts),
+//    which is what NCCL requires of collectives on a communicator, and is easy to see;
+//  - the root's own slice is copied by the same call (sendbuff != recvbuff), so there is no
+//    extra local copy, and a one-rank group needs no special case;
+//  - each broadcast runs NCCL's pipelined ring or tree over the links, where send/recv would be
+//    g - 1 separate point-to-point transfers per rank.
+// PyTorch's ProcessGroupNCCL::allgather does the same for tensors of unequal sizes (a coalesced
+// group of out-of-place broadcasts).
+void all_gather_uneven(const NcclGroup& group, const std::vector<const float*>& send,
+                       const std::vector<float*>& recv, const std::vector<std::size_t>& counts) {
+  const auto g = static_cast<std::size_t>(group.size());
+  if (send.size() != g || recv.size() != g || counts.size() != g) {
+    throw std::invalid_argument(
+        "all_gather_uneven: one send buffer, one receive buffer and one count per rank "
+        "expected (" +
+        std::to_string(g) + "), got " + std::to_string(send.size()) + ", " +
+        std::to_string(recv.size()) + " and " + std::to_string(counts.size()));
+  }
+  const GatherLayout layout = gather_layout(counts);
+  for (std::size_t r = 0; r < g; ++r) {
+    if ((counts[r] > 0 && send[r] == nullptr) || (layout.total > 0 && recv[r] == nullptr)) {
+      throw std::invalid_argument("all_gather_uneven: rank " + std::to_string(r) +
+                                  "'s send or receive buffer is null");
+    }
+  }
+#ifdef COURSE_HAVE_NCCL
+  group.group_calls([&](int rank) {
+    const auto k = static_cast<std::size_t>(rank);
+    for (int root = 0; root < group.size(); ++root) {
+      const auto q = static_cast<std::size_t>(root);
+      if (counts[q] == 0) continue;  // skipped on every rank alike: the counts are the same
+      float* slice = recv[k] + layout.displ[q];
+      // sendbuff is read on the root only; elsewhere pass the slice, as an in-place call would.
+      const float* src = rank == root ? send[k] : slice;
+      NCCL_CHECK(ncclBroadcast(src, slice, counts[q], ncclFloat, root, group.comm(rank),
+                               group.stream(rank)));
+    }
+  });
+#else
+  throw std::runtime_error("all_gather_uneven: " + nccl_build_note());
+#endif
 }
 
 }  // namespace lesson11

@@ -2,9 +2,12 @@
 // lesson 07's. Compiled with COURSE_HAVE_NCCL when CMake found NCCL.
 #include "tensor_parallel.hpp"
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <exception>
 #include <functional>
+#include <thread>
 
 #include "common/memory.hpp"
 #include "common/timing.hpp"
@@ -13,7 +16,6 @@
 
 #ifdef COURSE_HAVE_NCCL
 #include <nccl.h>
-#define NCCL_CHECK(call) ::lesson11::check_nccl(static_cast<int>(call), #call, __FILE__, __LINE__)
 #endif
 
 namespace lesson11 {
@@ -85,70 +87,279 @@ void check_nccl(int result, const char* call, const char* file, int line) {
 #endif
 }
 
-#ifdef COURSE_HAVE_NCCL
-namespace {
-
-// Runs body(rank) for every rank between ncclGroupStart and ncclGroupEnd: one thread driving
-// several GPUs must group their calls, or the first rank's collective waits forever for the
-// others (NCCL docs, "Group Calls"). The group is closed even when a call fails; the first
-// failure is then thrown.
-void grouped(const NcclGroup& group, const std::function<void(int)>& body) {
-  NCCL_CHECK(ncclGroupStart());
-  std::exception_ptr failure;
-  for (int r = 0; r < group.size() && !failure; ++r) {
-    try {
-      body(r);
-    } catch (...) {
-      failure = std::current_exception();
-    }
-  }
-  const ncclResult_t end = ncclGroupEnd();
-  if (failure) std::rethrow_exception(failure);
-  check_nccl(end, "ncclGroupEnd()", __FILE__, __LINE__);
+const char* to_string(NcclInit init) {
+  return init == NcclInit::one_thread ? "ncclCommInitAll from one thread"
+                                      : "ncclCommInitRankConfig per thread, non-blocking";
 }
-}  // namespace
-#endif
 
 // ---------------------------------------------------------------------------- communicators
 
-NcclGroup::NcclGroup(const std::vector<int>& devices) : devices_(devices) {
+namespace {
+using Clock = std::chrono::steady_clock;
+
+std::string ms_text(std::chrono::milliseconds ms) {
+  return std::to_string(ms.count()) + " ms";
+}
+
+#ifdef COURSE_HAVE_NCCL
+// Lets other threads, NCCL's proxy threads among them, run between two polls (the NCCL User
+// Guide's polling loop calls sched_yield). Yielding keeps a short wait as prompt as a spinning
+// cudaStreamSynchronize, which the timings rely on; after 50 ms the poll backs off to 100 us
+// sleeps (Linux adds about 50 us of timer slack), so a long wait does not hold a core.
+void pause_poll(Clock::time_point since) {
+  if (Clock::now() - since < std::chrono::milliseconds(50)) {
+    std::this_thread::yield();
+  } else {
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+}
+
+// One rank's communicator, made on a thread of its own bound to `device`: ncclCommInitRankConfig
+// with blocking = 0 returns at once (ncclInProgress) and the rank joins in the background; the
+// thread polls ncclCommGetAsyncError until the state leaves ncclInProgress, another rank failed
+// (`stop`), or the deadline passed. Returns "" on success, else what went wrong; the
+// communicator, when one was made, is left in *comm for the caller to abort.
+std::string init_rank_nonblocking(ncclComm** comm, int nranks, const ncclUniqueId& id, int rank,
+                                  int device, Clock::time_point deadline,
+                                  const std::atomic<bool>& stop) {
+  const std::string who = "rank " + std::to_string(rank) + " (GPU " + std::to_string(device) + ")";
+  const cudaError_t set = cudaSetDevice(device);
+  if (set != cudaSuccess) return who + ": cudaSetDevice failed: " + course::describe(set);
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  ncclResult_t state = ncclCommInitRankConfig(comm, nranks, id, rank, &config);
+  if (state != ncclSuccess && state != ncclInProgress) {
+    return who + ": ncclCommInitRankConfig failed: " + describe_nccl(state);
+  }
+  const auto t0 = Clock::now();
+  while (state == ncclInProgress) {
+    if (stop.load()) return who + ": stopped because another rank failed";
+    if (Clock::now() > deadline) return who + ": did not join within the timeout";
+    pause_poll(t0);
+    const ncclResult_t r = ncclCommGetAsyncError(*comm, &state);
+    if (r != ncclSuccess) return who + ": ncclCommGetAsyncError failed: " + describe_nccl(r);
+  }
+  if (state != ncclSuccess) return who + ": ncclCommInitRankConfig failed: " + describe_nccl(state);
+  return "";
+}
+#endif
+}  // namespace
+
+NcclGroup::NcclGroup(const std::vector<int>& devices, NcclInit init,
+                     std::chrono::milliseconds timeout)
+    : devices_(devices), init_(init), timeout_(timeout) {
+  if (timeout < std::chrono::milliseconds(1)) {
+    throw std::invalid_argument("NcclGroup: the timeout must be at least 1 ms, got " +
+                                ms_text(timeout));
+  }
   check_device_list("NcclGroup", devices, device_count());
 #ifndef COURSE_HAVE_NCCL
   no_nccl("NcclGroup");
 #else
   nvls_ = nccl_disable_nvls();
   comms_.assign(devices.size(), nullptr);
-  NCCL_CHECK(ncclCommInitAll(comms_.data(), size(), devices_.data()));
+  if (init == NcclInit::one_thread) {
+    NCCL_CHECK(ncclCommInitAll(comms_.data(), size(), devices_.data()));
+  } else {
+    // One id for the whole group, made once and handed to every rank's thread (in a deployment
+    // of one process per GPU it travels over a socket, MPI or a shared file instead).
+    ncclUniqueId id;
+    NCCL_CHECK(ncclGetUniqueId(&id));
+    const Clock::time_point deadline = Clock::now() + timeout_;
+    std::atomic<bool> stop{false};
+    std::vector<std::string> failure(devices.size());
+    std::vector<std::thread> threads;
+    for (int r = 0; r < size(); ++r) {
+      threads.emplace_back([&, r] {
+        const auto i = static_cast<std::size_t>(r);
+        failure[i] = init_rank_nonblocking(&comms_[i], size(), id, r, devices_[i], deadline, stop);
+        if (!failure[i].empty()) stop = true;
+      });
+    }
+    for (std::thread& t : threads) t.join();
+    std::string why;
+    bool timed_out = false;
+    for (const std::string& f : failure) {
+      if (f.empty()) continue;
+      why += (why.empty() ? "" : "; ") + f;
+      timed_out = timed_out || f.find("did not join") != std::string::npos;
+    }
+    if (!why.empty()) {
+      abort();
+      const std::string what = "NcclGroup (" + std::string(to_string(init)) + ", timeout " +
+                               ms_text(timeout_) + "): " + why +
+                               "; every communicator made was aborted (ncclCommAbort)";
+      if (timed_out) throw NcclTimeout(what);
+      throw NcclError(ncclInternalError, "ncclCommInitRankConfig", __FILE__, __LINE__, what);
+    }
+  }
   try {
     for (int d : devices_) {
       ScopedDevice on(d);
       streams_.emplace_back();
     }
   } catch (...) {
-    for (ncclComm* c : comms_) ncclCommDestroy(c);
+    abort();
     throw;
   }
 #endif
 }
 
+void NcclGroup::abort() const noexcept {
+#ifdef COURSE_HAVE_NCCL
+  int previous = 0;
+  const bool restore = cudaGetDevice(&previous) == cudaSuccess;
+  for (std::size_t r = 0; r < comms_.size(); ++r) {
+    if (comms_[r] == nullptr) continue;
+    cudaSetDevice(devices_[r]);
+    ncclCommAbort(comms_[r]);  // nothing useful to do with its result on a failure path
+    comms_[r] = nullptr;
+  }
+  if (restore) cudaSetDevice(previous);
+#endif
+  aborted_ = true;
+}
+
 NcclGroup::~NcclGroup() {
 #ifdef COURSE_HAVE_NCCL
-  for (const course::Stream& s : streams_) cudaStreamSynchronize(s);
+  if (aborted_) return;
+  // Destroy only what has finished: ncclCommDestroy waits for the communicator's work, which
+  // never ends if a peer is gone. Whatever is not done within the timeout is aborted instead.
+  const auto t0 = Clock::now();
+  bool done = false;
+  while (!done && Clock::now() - t0 < timeout_) {
+    done = true;
+    for (const course::Stream& s : streams_) {
+      if (cudaStreamQuery(s) == cudaErrorNotReady) done = false;
+    }
+    if (!done) pause_poll(t0);
+  }
+  if (!done) {
+    abort();
+    return;
+  }
   for (ncclComm* c : comms_) {
     if (c != nullptr) ncclCommDestroy(c);
   }
 #endif
 }
 
-void NcclGroup::synchronize() const {
-#ifdef COURSE_HAVE_NCCL
-  for (const course::Stream& s : streams_) s.synchronize();
-  for (ncclComm* c : comms_) {
-    ncclResult_t async = ncclSuccess;
-    NCCL_CHECK(ncclCommGetAsyncError(c, &async));
-    check_nccl(async, "ncclCommGetAsyncError (an error of an earlier collective)", __FILE__,
-               __LINE__);
+ncclComm* NcclGroup::comm(int rank) const {
+  check_usable("NcclGroup::comm");
+  return comms_.at(static_cast<std::size_t>(rank));
+}
+
+void NcclGroup::check_usable(const char* who) const {
+  if (aborted_) {
+    throw std::logic_error(std::string(who) +
+                           ": the group's communicators were aborted after an error or a "
+                           "timeout; make a new NcclGroup");
   }
+}
+
+void NcclGroup::synchronize(std::chrono::milliseconds deadline) const {
+  check_usable("NcclGroup::synchronize");
+#ifdef COURSE_HAVE_NCCL
+  // The NCCL User Guide's loop ("Error handling and communicator abort") over every rank, with
+  // a deadline: a stream that is done is done; a CUDA error or an asynchronous NCCL error ends
+  // the wait at once; otherwise poll again until the deadline.
+  const auto t0 = Clock::now();
+  const std::string aborted = "; every communicator of the group was aborted (ncclCommAbort)";
+  std::vector<bool> done(streams_.size(), false);
+  for (;;) {
+    bool all = true;
+    for (int r = 0; r < size(); ++r) {
+      const auto i = static_cast<std::size_t>(r);
+      const auto who = [&] {
+        return "rank " + std::to_string(r) + " (GPU " + std::to_string(device(r)) + ")";
+      };
+      if (!done[i]) {
+        const cudaError_t e = cudaStreamQuery(streams_[i]);
+        if (e == cudaSuccess) {
+          done[i] = true;
+        } else if (e != cudaErrorNotReady) {
+          abort();
+          const std::string call = "cudaStreamQuery(" + who() + "'s stream)" + aborted;
+          throw course::CudaError(e, call.c_str(), __FILE__, __LINE__);
+        }
+      }
+      ncclResult_t async = ncclSuccess;
+      const ncclResult_t q = ncclCommGetAsyncError(comms_[i], &async);
+      if (q != ncclSuccess) async = q;
+      // ncclInProgress: a non-blocking communicator still issuing work, not an error.
+      if (async != ncclSuccess && async != ncclInProgress) {
+        const char* last = ncclGetLastError(nullptr);
+        const std::string detail =
+            who() + " reported an asynchronous error" +
+            (last != nullptr && *last != '\0' ? std::string(" (") + last + ")" : "") + aborted;
+        abort();
+        throw NcclError(async, "ncclCommGetAsyncError", __FILE__, __LINE__, detail);
+      }
+      all = all && done[i] && async == ncclSuccess;
+    }
+    if (all) return;
+    if (Clock::now() - t0 > deadline) {
+      std::string late;
+      for (int r = 0; r < size(); ++r) {
+        if (done[static_cast<std::size_t>(r)]) continue;
+        late += (late.empty() ? "" : ", ") + std::string("rank ") + std::to_string(r) + " (GPU " +
+                std::to_string(device(r)) + ")";
+      }
+      if (late.empty()) late = "a communicator still issuing its work (ncclInProgress)";
+      abort();
+      throw NcclTimeout("NcclGroup::synchronize: " + late + " did not finish within " +
+                        ms_text(deadline) +
+                        " (cudaStreamQuery: not ready; no asynchronous NCCL error reported)" +
+                        aborted + ": make a new NcclGroup");
+    }
+    pause_poll(t0);
+  }
+#endif
+}
+
+void NcclGroup::group_calls(const std::function<void(int rank)>& body) const {
+  check_usable("NcclGroup::group_calls");
+#ifndef COURSE_HAVE_NCCL
+  (void)body;
+  no_nccl("NcclGroup::group_calls");
+#else
+  NCCL_CHECK(ncclGroupStart());
+  std::exception_ptr failure;
+  for (int r = 0; r < size() && !failure; ++r) {
+    try {
+      body(r);
+    } catch (...) {
+      failure = std::current_exception();
+    }
+  }
+  ncclResult_t end = ncclGroupEnd();
+  // Non-blocking communicators: ncclGroupEnd may return while NCCL still issues the work, and
+  // each communicator reports ncclInProgress until it is done (NCCL User Guide, "Group Calls":
+  // "Nonblocking Group Operation").
+  const auto t0 = Clock::now();
+  for (std::size_t r = 0; end == ncclInProgress && r < comms_.size();) {
+    ncclResult_t state = ncclSuccess;
+    const ncclResult_t q = ncclCommGetAsyncError(comms_[r], &state);
+    if (q != ncclSuccess) {
+      end = q;
+    } else if (state == ncclInProgress) {
+      if (Clock::now() - t0 > timeout_) {
+        abort();
+        throw NcclTimeout("NcclGroup::group_calls: ncclGroupEnd was still issuing rank " +
+                          std::to_string(r) + "'s work after " + ms_text(timeout_) +
+                          "; every communicator of the group was aborted (ncclCommAbort)");
+      }
+      pause_poll(t0);
+    } else if (state != ncclSuccess) {
+      end = state;
+    } else if (++r == comms_.size()) {
+      end = ncclSuccess;
+    }
+  }
+  // Collectives posted for some ranks and not for others would wait forever for the others.
+  if ((failure || end != ncclSuccess) && size() > 1) abort();
+  if (failure) std::rethrow_exception(failure);
+  check_nccl(end, "ncclGroupEnd()", __FILE__, __LINE__);
 #endif
 }
 
@@ -169,7 +380,7 @@ void all_reduce_sum(const NcclGroup& group, const std::vector<float*>& buffers, 
   (void)count;
   no_nccl("all_reduce_sum");
 #else
-  grouped(group, [&](int r) {
+  group.group_calls([&](int r) {
     float* b = buffers[static_cast<std::size_t>(r)];
     NCCL_CHECK(ncclAllReduce(b, b, count, ncclFloat, ncclSum, group.comm(r), group.stream(r)));
   });
@@ -184,7 +395,7 @@ void all_gather(const NcclGroup& group, const std::vector<const float*>& send,
   (void)count;
   no_nccl("all_gather");
 #else
-  grouped(group, [&](int r) {
+  group.group_calls([&](int r) {
     const auto i = static_cast<std::size_t>(r);
     NCCL_CHECK(ncclAllGather(send[i], recv[i], count, ncclFloat, group.comm(r), group.stream(r)));
   });
@@ -192,19 +403,23 @@ void all_gather(const NcclGroup& group, const std::vector<const float*>& send,
 }
 
 namespace {
-// Median seconds of `reps` calls of step() followed by group.synchronize(), after `warmup`.
-double median_seconds(const NcclGroup& group, int warmup, int reps,
+// Median over `reps` samples (after `warmup` untimed ones) of the seconds per step when `iters`
+// calls of step() are enqueued back to back and waited for once (group.synchronize()), host
+// steady clock around the lot, divided by iters (nccl-tests' BenchTime). iters = 1: one step's
+// end-to-end time.
+double median_seconds(const NcclGroup& group, int warmup, int reps, int iters,
                       const std::function<void()>& step) {
   for (int i = 0; i < warmup; ++i) {
-    step();
+    for (int k = 0; k < iters; ++k) step();
     group.synchronize();
   }
   std::vector<double> s;
   for (int i = 0; i < reps; ++i) {
     const auto t0 = std::chrono::steady_clock::now();
-    step();
+    for (int k = 0; k < iters; ++k) step();
     group.synchronize();
-    s.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    s.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() /
+                iters);
   }
   return s.empty() ? 0.0 : course::median(s);
 }
@@ -228,12 +443,12 @@ std::vector<T> pointers(std::vector<course::DeviceBuffer<float>>& v) {
 }  // namespace
 
 CollectiveTiming time_collective(const NcclGroup& group, Collective kind, std::size_t bytes,
-                                 int reps) {
+                                 int reps, int iters) {
   const auto n = static_cast<std::size_t>(group.size());
-  if (bytes == 0 || bytes % (4 * n) != 0 || reps < 1) {
+  if (bytes == 0 || bytes % (4 * n) != 0 || reps < 1 || iters < 1) {
     throw std::invalid_argument(
         "time_collective: bytes must be a positive multiple of 4 x ranks (" +
-        std::to_string(4 * n) + ") and reps >= 1");
+        std::to_string(4 * n) + "), reps >= 1 and iters >= 1");
   }
   const std::size_t floats = bytes / 4;
   std::vector<course::DeviceBuffer<float>> recv = per_rank(group, floats);
@@ -248,7 +463,7 @@ CollectiveTiming time_collective(const NcclGroup& group, Collective kind, std::s
   };
   CollectiveTiming t;
   t.bytes = bytes;
-  t.seconds = median_seconds(group, 2, reps, step);
+  t.seconds = median_seconds(group, 1, reps, iters, step);
   t.algbw_gbps = algbw_gbps(bytes, t.seconds);
   t.busbw_gbps = kind == Collective::all_reduce
                      ? allreduce_busbw_gbps(bytes, t.seconds, group.size())
@@ -293,7 +508,10 @@ TpResult tensor_parallel_gemm(const NcclGroup& group, TpMode mode, int M, int N,
   const bool column = mode == TpMode::column_parallel;
   result.split = partition(column ? N : K, g, kSplitAlign);
   const Partition& p = result.split;
-  const std::size_t chunk = static_cast<std::size_t>(M) * p.max_size();  // all-gather count
+  // The column-parallel gather: rank r contributes its M x N_r block, so it lands at M x n_r
+  // in the gathered buffer (gather_layout's displacement), M x N floats in all.
+  std::vector<std::size_t> counts;
+  for (int n : p.size) counts.push_back(static_cast<std::size_t>(M) * n);
 
   struct Rank {
     course::DeviceBuffer<float> a, b, partial, gathered, c;
@@ -306,9 +524,8 @@ TpResult tensor_parallel_gemm(const NcclGroup& group, TpMode mode, int M, int N,
     if (column) {
       k.a = course::to_device(A);
       k.b = course::to_device(block(B, N, 0, K, off, n));
-      k.partial = course::DeviceBuffer<float>(chunk);
-      CUDA_CHECK(cudaMemset(k.partial.data(), 0, k.partial.bytes()));  // the padding, if uneven
-      k.gathered = course::DeviceBuffer<float>(chunk * g);
+      k.partial = course::DeviceBuffer<float>(static_cast<std::size_t>(M) * n);
+      k.gathered = course::DeviceBuffer<float>(static_cast<std::size_t>(M) * N);
     } else {
       k.a = course::to_device(block(A, K, 0, M, off, n));
       k.b = course::to_device(block(B, N, off, n, 0, N));
@@ -342,20 +559,22 @@ TpResult tensor_parallel_gemm(const NcclGroup& group, TpMode mode, int M, int N,
       send.push_back(k.partial.data());
       recv.push_back(k.gathered.data());
     }
-    all_gather(group, send, recv, chunk);
-    // gathered = [part 0: M x size0 | pad][part 1 ...]: each part's columns into their place.
+    all_gather_uneven(group, send, recv, counts);
+    // gathered = [part 0: M x size0][part 1: M x size1]...: each part's columns into place.
     for (int r = 0; r < g; ++r) {
       ScopedDevice on(group.device(r));
       Rank& k = ranks[static_cast<std::size_t>(r)];
       for (int q = 0; q < g; ++q) {
-        const auto w = static_cast<std::size_t>(p.size[static_cast<std::size_t>(q)]) * 4;
-        CUDA_CHECK(cudaMemcpy2DAsync(k.c.data() + p.offset[static_cast<std::size_t>(q)],
-                                     static_cast<std::size_t>(N) * 4, k.gathered.data() + chunk * q,
-                                     w, w, M, cudaMemcpyDeviceToDevice, group.stream(r)));
+        const auto iq = static_cast<std::size_t>(q);
+        const auto w = static_cast<std::size_t>(p.size[iq]) * 4;
+        const std::size_t displ = static_cast<std::size_t>(M) * p.offset[iq];
+        CUDA_CHECK(cudaMemcpy2DAsync(k.c.data() + p.offset[iq], static_cast<std::size_t>(N) * 4,
+                                     k.gathered.data() + displ, w, w, M, cudaMemcpyDeviceToDevice,
+                                     group.stream(r)));
       }
     }
   };
-  result.ms = 1e3 * median_seconds(group, 1, reps, step);  // the warm-up step is the result
+  result.ms = 1e3 * median_seconds(group, 1, reps, 1, step);  // the warm-up step is the result
   for (int r = 0; r < g; ++r) {
     ScopedDevice on(group.device(r));
     result.c.push_back(course::to_host(ranks[static_cast<std::size_t>(r)].c));

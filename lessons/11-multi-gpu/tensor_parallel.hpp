@@ -16,16 +16,23 @@
 //
 // The split is lesson11::partition (multi_gpu_host.hpp) with kSplitAlign: uneven parts are
 // allowed when every part starts on a multiple of 8 elements. NCCL's all-gather takes equal
-// counts from every rank, so each GPU sends a buffer of M x (largest part) and the receivers copy
-// each part's real width into C (cudaMemcpy2DAsync).
+// counts from every rank, so the column-parallel gather is all_gather_uneven (exercise 4): one
+// grouped broadcast per rank, M x N_r floats each, after which every GPU copies each part's
+// columns into their place in C (cudaMemcpy2DAsync).
 // The GEMM on each GPU is lesson 07's best SGEMM (lesson07::sgemm_v8_double_buffering).
+//
+// Errors never hang (NCCL User Guide, "Error handling and communicator abort"): a wait polls
+// cudaStreamQuery and ncclCommGetAsyncError against a deadline, and on an asynchronous error or
+// a timeout aborts every communicator of the group (ncclCommAbort) and throws.
 //
 // NCCL is optional at build time: without it (CMake says so when it configures) every function
 // here that needs it throws std::runtime_error("... NCCL not found at build time ..."), and
 // nccl_available() is false.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
+#include <functional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -54,36 +61,92 @@ class NcclError : public std::runtime_error {
   int code_;
 };
 // Throws NcclError(result, call, file, line, ncclGetLastError's text) unless result is
-// ncclSuccess (0). NCCL_CHECK(call) in tensor_parallel.cpp calls it.
+// ncclSuccess (0). NCCL_CHECK(call) below calls it.
 void check_nccl(int result, const char* call, const char* file, int line);
 // The message NcclError would carry, for code (an ncclResult_t value); "" for ncclSuccess.
 std::string describe_nccl(int code);
 
-// One NCCL communicator per device, all in this process (ncclCommInitAll), and a stream per
-// rank to run the collectives on. Rank r is devices[r]. Creating it sets NCCL_NVLS_ENABLE=0
-// (without overwriting the user's value: nccl_disable_nvls) first. Destroying it waits for the
-// streams and destroys the communicators (ncclCommDestroy). Throws std::invalid_argument for a
-// bad device list (check_device_list: empty, out of range, repeated) before any CUDA or NCCL
-// call; NcclError naming ncclCommInitAll; std::runtime_error without NCCL.
+// A wait on a group's NCCL work that passed its deadline: "NcclGroup::synchronize: rank 0 (GPU
+// 0) did not finish within 200 ms ...; every communicator of the group was aborted
+// (ncclCommAbort)". The group is then unusable: make a new one.
+class NcclTimeout : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// How a group's communicators are created:
+//   one_thread         ncclCommInitAll from the calling thread (blocking communicators)
+//   thread_per_device  ncclGetUniqueId once, then one host thread per device that binds its
+//                      device and calls ncclCommInitRankConfig for its rank with blocking = 0
+//                      (a non-blocking communicator), polling ncclCommGetAsyncError until the
+//                      rank has joined, a rank failed, or the deadline passed: the way a
+//                      deployment that runs a thread or a process per GPU creates them, with an
+//                      init that cannot wait forever for a rank that never comes.
+enum class NcclInit { one_thread, thread_per_device };
+const char* to_string(NcclInit init);
+
+// One NCCL communicator per device, all in this process, and a stream per rank to run the
+// collectives on. Rank r is devices[r]. Creating it sets NCCL_NVLS_ENABLE=0 (without overwriting
+// the user's value: nccl_disable_nvls) first, then creates the communicators as `init` says.
+// `timeout` is the deadline of every wait: creation (thread_per_device), synchronize(),
+// group_calls() and the destructor.
+// Destroying it waits (within the timeout) for the streams and destroys the communicators
+// (ncclCommDestroy); if they do not finish, or the group already failed, it aborts them
+// (ncclCommAbort) instead, which cannot block on a peer.
+// Throws std::invalid_argument for a bad device list (check_device_list: empty, out of range,
+// repeated) or a timeout < 1 ms, before any CUDA or NCCL call; NcclError naming the init call;
+// NcclTimeout if a rank has not joined within the timeout (every communicator made so far is
+// aborted); std::runtime_error without NCCL.
 class NcclGroup {
  public:
-  explicit NcclGroup(const std::vector<int>& devices);
+  explicit NcclGroup(const std::vector<int>& devices, NcclInit init = NcclInit::one_thread,
+                     std::chrono::milliseconds timeout = std::chrono::seconds(60));
   ~NcclGroup();
   NcclGroup(const NcclGroup&) = delete;
   NcclGroup& operator=(const NcclGroup&) = delete;
 
   int size() const { return static_cast<int>(devices_.size()); }
   int device(int rank) const { return devices_.at(static_cast<std::size_t>(rank)); }
-  ncclComm* comm(int rank) const { return comms_.at(static_cast<std::size_t>(rank)); }
+  // Rank r's communicator. Throws std::logic_error once the group was aborted.
+  ncclComm* comm(int rank) const;
   cudaStream_t stream(int rank) const { return streams_.at(static_cast<std::size_t>(rank)); }
-  // Waits for every rank's stream, then asks each communicator for an asynchronous error
-  // (ncclCommGetAsyncError). Throws CudaError or NcclError.
-  void synchronize() const;
+  NcclInit init() const { return init_; }
+  std::chrono::milliseconds timeout() const { return timeout_; }
+
+  // Waits for every rank's stream: polls cudaStreamQuery on each and ncclCommGetAsyncError on
+  // each communicator (NCCL User Guide, "Error handling and communicator abort": a collective
+  // whose peer failed never completes, so a plain cudaStreamSynchronize could wait forever)
+  // until all streams are done or `deadline` (default: timeout()) has passed. On an
+  // asynchronous NCCL error, a CUDA error or the deadline, aborts every communicator
+  // (ncclCommAbort) and throws NcclError / CudaError / NcclTimeout naming the rank, its GPU and
+  // what happened. Throws std::logic_error once the group was aborted.
+  void synchronize() const { synchronize(timeout_); }
+  void synchronize(std::chrono::milliseconds deadline) const;
+
+  // Runs body(rank) for every rank between ncclGroupStart and ncclGroupEnd: one thread driving
+  // several GPUs must group their calls, or the first rank's collective waits forever for the
+  // others (NCCL User Guide, "Group Calls"). With non-blocking communicators, waits (within the
+  // timeout) until ncclGroupEnd has issued every rank's work. If body throws, or ncclGroupEnd
+  // fails, collectives may have been posted for some ranks and not others, and those would wait
+  // forever: a group of more than one rank then aborts its communicators before the exception
+  // is rethrown. Throws std::logic_error once the group was aborted.
+  void group_calls(const std::function<void(int rank)>& body) const;
+
+  // ncclCommAbort on every communicator (noexcept; safe to call twice). Work already on the
+  // streams still runs, but nothing can be assumed about what the collectives wrote.
+  void abort() const noexcept;
+  bool aborted() const { return aborted_; }
   std::string nvls_setting() const { return nvls_; }  // NCCL_NVLS_ENABLE as NCCL saw it
 
  private:
+  void check_usable(const char* who) const;
   std::vector<int> devices_;
-  std::vector<ncclComm*> comms_;
+  NcclInit init_;
+  std::chrono::milliseconds timeout_;
+  // Mutable: an abort is a failure path that ends the communicators' life, whoever holds the
+  // group; the group's ranks, devices and streams do not change.
+  mutable std::vector<ncclComm*> comms_;
+  mutable bool aborted_ = false;
   std::vector<course::Stream> streams_;
   std::string nvls_;
 };
@@ -96,18 +159,45 @@ void all_reduce_sum(const NcclGroup& group, const std::vector<float*>& buffers, 
 void all_gather(const NcclGroup& group, const std::vector<const float*>& send,
                 const std::vector<float*>& recv, std::size_t count);
 
-// Time of one collective over the group: the median over `reps` (after 2 warm-ups) of host
-// steady-clock intervals from the enqueue to the return of synchronize(), as nccl-tests times
-// (it averages over iterations). bytes: all-reduce the buffer, all-gather the receive buffer
-// (n x the send size); both must be a positive multiple of 4 x n. Returns seconds, algbw and
-// busbw (multi_gpu_host.hpp).
+// The receive layout of an all-gather whose ranks contribute different counts (MPI_Allgatherv's
+// recvcounts and displs): rank r's count[r] elements land at [displ[r], displ[r] + count[r]) of
+// every rank's receive buffer, in rank order, without gaps; total = the sum of the counts.
+struct GatherLayout {
+  std::vector<std::size_t> count, displ;
+  std::size_t total = 0;
+};
+// EXERCISE 4 (CPU part). counts[r]: what rank r contributes, in elements; a count may be 0.
+// Throws std::invalid_argument for an empty list, or a total that does not fit std::size_t.
+GatherLayout gather_layout(const std::vector<std::size_t>& counts);
+
+// EXERCISE 4 (GPU part). An all-gather of uneven counts over the group, as one NCCL group of
+// calls on the group's streams. Asynchronous (wait with group.synchronize()).
+//   send[r]:   counts[r] floats, device memory of rank r's device
+//   recv[r]:   gather_layout(counts).total floats, device memory of rank r's device
+//   afterwards every recv[k] holds [send[0] | send[1] | ... | send[g-1]] at the layout's
+//   displacements.
+// Throws std::invalid_argument when send, recv or counts does not hold one entry per rank, or a
+// buffer is null where its count (or, for recv, the total) is not 0, before any NCCL call;
+// gather_layout's errors; NcclError; std::runtime_error without NCCL; std::logic_error for an
+// aborted group.
+void all_gather_uneven(const NcclGroup& group, const std::vector<const float*>& send,
+                       const std::vector<float*>& recv, const std::vector<std::size_t>& counts);
+
+// Time of one collective over the group, as nccl-tests times it (src/common.cu, BenchTime):
+// `iters` collectives enqueued back to back, one wait for all of them, host steady clock around
+// the lot, divided by iters. That is the collective's cost in a stream of collectives (launch
+// latency overlapped with the previous one's run), not one call's end-to-end latency. Returns
+// the median over `reps` such samples (after a warm-up sample), algbw and busbw
+// (multi_gpu_host.hpp). bytes: all-reduce the buffer, all-gather the receive buffer (n x the
+// send size); both must be a positive multiple of 4 x n. Throws std::invalid_argument for bad
+// bytes, reps < 1 or iters < 1; NcclError, NcclTimeout, CudaError.
 enum class Collective { all_reduce, all_gather };
 struct CollectiveTiming {
   std::size_t bytes = 0;
   double seconds = 0, algbw_gbps = 0, busbw_gbps = 0;
 };
 CollectiveTiming time_collective(const NcclGroup& group, Collective kind, std::size_t bytes,
-                                 int reps);
+                                 int reps, int iters = 20);
 
 // A tensor-parallel GEMM, C = A B (alpha 1, beta 0) over the group's GPUs.
 enum class TpMode { column_parallel, row_parallel };
@@ -131,3 +221,6 @@ std::vector<float> single_gpu_gemm(int device, int M, int N, int K, const std::v
                                    const std::vector<float>& B, int reps, double* ms);
 
 }  // namespace lesson11
+
+// Throws lesson11::NcclError naming the call unless it returned ncclSuccess.
+#define NCCL_CHECK(call) ::lesson11::check_nccl(static_cast<int>(call), #call, __FILE__, __LINE__)

@@ -7,7 +7,9 @@
 //   [gpu]        one GPU is enough: the per-thread facts that hold on one device, the
 //                CUDA_VISIBLE_DEVICES rule against the real runtime, a same-device event
 //                hand-off, the copies, a one-rank NCCL communicator (an all-reduce of one rank is
-//                the identity), the tensor-parallel GEMM on one rank, a replica on GPU 0
+//                the identity), the tensor-parallel GEMM on one rank, a replica on GPU 0, and
+//                on every GPU present: the uneven all-gather, communicators made per thread, a
+//                wait that times out and aborts instead of hanging
 //   [multigpu]   two GPUs or more (test_main leaves them out below 2, and ctest runs them as
 //                11/multigpu, skipped below 2): a new thread on device 0 while main is on 1,
 //                memory and streams of device 1, the launch and record errors across devices,
@@ -20,14 +22,18 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
+#include <limits>
 #include <string>
 #include <vector>
 
 #include "common/memory.hpp"
 #include "common/stream.hpp"
 #include "common/testing.hpp"
+#include "common/timing.hpp"
 #include "multi_gpu.cuh"
 #include "multi_gpu_host.hpp"
 #include "replicas.hpp"
@@ -69,6 +75,12 @@ int outside_bound(const std::vector<float>& got, const std::vector<float>& want,
     }
   }
   return bad;
+}
+// Every visible device, 0..n-1: the groups of the tests that run on every GPU present.
+std::vector<int> all_devices() {
+  std::vector<int> d;
+  for (int i = 0; i < device_count(); ++i) d.push_back(i);
+  return d;
 }
 }  // namespace
 
@@ -244,6 +256,51 @@ TEST_CASE("Scaling efficiency and the split-sum error bound", "[cpu]") {
   CHECK(fp32_sum_error_bound(0, 5.0) == 0.0);
   CHECK_THROWS_AS(fp32_sum_error_bound(-1, 1.0), std::invalid_argument);
   CHECK_THROWS_AS(fp32_sum_error_bound(1 << 24, 1.0), std::invalid_argument);
+}
+
+TEST_CASE("gather_layout: where each rank's elements land in an uneven all-gather", "[cpu][ex4]") {
+  SECTION("uneven, with a rank that contributes nothing") {
+    const GatherLayout l = gather_layout({3, 0, 5, 2});
+    CHECK(l.count == std::vector<std::size_t>{3, 0, 5, 2});
+    CHECK(l.displ == std::vector<std::size_t>{0, 3, 3, 8});
+    CHECK(l.total == 10);
+  }
+  SECTION("one rank") {
+    const GatherLayout l = gather_layout({7});
+    CHECK(l.displ == std::vector<std::size_t>{0});
+    CHECK(l.total == 7);
+  }
+  SECTION("the column-parallel gather: M rows of column blocks 1368, 1368, 1360") {
+    const std::size_t M = 130;
+    const GatherLayout l = gather_layout({M * 1368, M * 1368, M * 1360});
+    CHECK(l.displ == std::vector<std::size_t>{0, M * 1368, M * 2736});  // M x column offset
+    CHECK(l.total == M * 4096);
+  }
+  SECTION("every prefix, against a running sum") {
+    std::vector<std::size_t> counts;
+    for (std::size_t r = 0; r < 8; ++r) counts.push_back((r * 37 + 11) % 13);
+    const GatherLayout l = gather_layout(counts);
+    REQUIRE(l.displ.size() == counts.size());
+    std::size_t at = 0;
+    for (std::size_t r = 0; r < counts.size(); ++r) {
+      CHECK(l.displ[r] == at);
+      at += counts[r];
+    }
+    CHECK(l.total == at);
+  }
+  SECTION("refused: no ranks, a total past SIZE_MAX") {
+    CHECK_THROWS_AS(gather_layout({}), std::invalid_argument);
+    const std::size_t big = std::numeric_limits<std::size_t>::max() / 2 + 1;
+    CHECK_THROWS_AS(gather_layout({big, big}), std::invalid_argument);
+    CHECK_NOTHROW(gather_layout({big, big - 1}));
+  }
+}
+
+TEST_CASE("NcclGroup refuses a timeout under 1 ms before touching a device", "[cpu]") {
+  CHECK_THROWS_WITH(NcclGroup({0}, NcclInit::one_thread, std::chrono::milliseconds(0)),
+                    Contains("timeout must be at least 1 ms"));
+  CHECK_THROWS_AS(NcclGroup({0}, NcclInit::thread_per_device, std::chrono::milliseconds(-5)),
+                  std::invalid_argument);
 }
 
 CHILD_PROBE(nvls_setting) {
@@ -451,6 +508,156 @@ TEST_CASE("One replica of lesson 09's pipeline on GPU 0: every frame checked", "
   INFO(k.first_problem);
   CHECK(k.ok());
   CHECK(run.frames() == 60);
+}
+
+TEST_CASE("The uneven all-gather on every GPU present against a host oracle", "[gpu][nccl][ex4]") {
+  if (!nccl_available()) {
+    WARN(nccl_build_note());
+    return;
+  }
+  // One GPU: a one-rank communicator, and the gather is a copy; several: the real thing.
+  const std::vector<int> devices = all_devices();
+  const int g = static_cast<int>(devices.size());
+  for (NcclInit init : {NcclInit::one_thread, NcclInit::thread_per_device}) {
+    INFO(to_string(init) << ", " << g << " rank(s)");
+    NcclGroup group(devices, init);
+    // Case 0: every rank a different count; case 1: rank 0 contributes nothing.
+    for (int zero_first = 0; zero_first < 2; ++zero_first) {
+      INFO("rank 0 contributes " << (zero_first ? "nothing" : "1000 floats"));
+      std::vector<std::size_t> counts;
+      for (int r = 0; r < g; ++r) counts.push_back(r == 0 && zero_first ? 0 : 1000 + 37 * r);
+      // The oracle: the concatenation, built on the host without gather_layout.
+      std::vector<std::vector<float>> host(static_cast<std::size_t>(g));
+      std::vector<float> want;
+      for (int r = 0; r < g; ++r) {
+        for (std::size_t i = 0; i < counts[static_cast<std::size_t>(r)]; ++i) {
+          host[static_cast<std::size_t>(r)].push_back(static_cast<float>(r * 100000 + i));
+        }
+        want.insert(want.end(), host[static_cast<std::size_t>(r)].begin(),
+                    host[static_cast<std::size_t>(r)].end());
+      }
+      const std::size_t guard = 16;  // floats past the end that must stay untouched
+      std::vector<float> filled(want.size() + guard, -1.0f);
+      std::vector<course::DeviceBuffer<float>> send, recv;
+      std::vector<const float*> sp;
+      std::vector<float*> rp;
+      for (int r = 0; r < g; ++r) {
+        ScopedDevice on(devices[static_cast<std::size_t>(r)]);
+        send.push_back(course::to_device(host[static_cast<std::size_t>(r)]));
+        recv.push_back(course::to_device(filled));
+        sp.push_back(send.back().data());
+        rp.push_back(recv.back().data());
+      }
+      all_gather_uneven(group, sp, rp, counts);
+      group.synchronize();
+      for (int r = 0; r < g; ++r) {
+        INFO("rank " << r);
+        ScopedDevice on(devices[static_cast<std::size_t>(r)]);
+        const std::vector<float> got = course::to_host(recv[static_cast<std::size_t>(r)]);
+        CHECK(std::vector<float>(got.begin(),
+                                 got.begin() + static_cast<std::ptrdiff_t>(want.size())) == want);
+        CHECK(std::vector<float>(got.end() - static_cast<std::ptrdiff_t>(guard), got.end()) ==
+              std::vector<float>(guard, -1.0f));
+      }
+      // Bad arguments are refused before any NCCL call (the group stays usable).
+      CHECK_THROWS_AS(all_gather_uneven(group, {}, rp, counts), std::invalid_argument);
+      CHECK_THROWS_AS(all_gather_uneven(group, sp, rp, {}), std::invalid_argument);
+      // A null send buffer is refused where its rank has elements to send (with one GPU and
+      // rank 0 contributing nothing there is none: nothing is read from a rank with no elements).
+      const auto largest = std::max_element(counts.begin(), counts.end()) - counts.begin();
+      if (counts[static_cast<std::size_t>(largest)] > 0) {
+        std::vector<const float*> null_send = sp;
+        null_send[static_cast<std::size_t>(largest)] = nullptr;
+        CHECK_THROWS_AS(all_gather_uneven(group, null_send, rp, counts), std::invalid_argument);
+      }
+      CHECK_FALSE(group.aborted());
+    }
+  }
+}
+
+TEST_CASE("Communicators made per thread (ncclCommInitRankConfig non-blocking) on every GPU",
+          "[gpu][nccl]") {
+  if (!nccl_available()) {
+    WARN(nccl_build_note());
+    return;
+  }
+  const std::vector<int> devices = all_devices();
+  const int g = static_cast<int>(devices.size());
+  NcclGroup group(devices, NcclInit::thread_per_device);
+  CHECK(group.init() == NcclInit::thread_per_device);
+  const std::size_t n = 4099;  // not a multiple of anything NCCL chunks by
+  std::vector<course::DeviceBuffer<float>> buf;
+  std::vector<float*> bp;
+  for (int r = 0; r < g; ++r) {
+    ScopedDevice on(devices[static_cast<std::size_t>(r)]);
+    std::vector<float> v(n);
+    for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<float>((r + 1) * (i % 64));
+    buf.push_back(course::to_device(v));
+    bp.push_back(buf.back().data());
+  }
+  all_reduce_sum(group, bp, n);
+  group.synchronize();
+  // Exact in FP32: small integers. sum over r of (r + 1) = g (g + 1) / 2.
+  std::vector<float> want(n);
+  for (std::size_t i = 0; i < n; ++i) want[i] = static_cast<float>(g * (g + 1) / 2 * (i % 64));
+  for (int r = 0; r < g; ++r) {
+    ScopedDevice on(devices[static_cast<std::size_t>(r)]);
+    CHECK(course::to_host(buf[static_cast<std::size_t>(r)]) == want);
+  }
+  const CollectiveTiming t = time_collective(group, Collective::all_gather, 4096u * 4 * g, 2, 5);
+  CHECK(t.seconds > 0);
+}
+
+TEST_CASE(
+    "A wait on a stuck collective times out and aborts instead of hanging; a new group "
+    "then works",
+    "[gpu][nccl][provokes-error]") {
+  if (!nccl_available()) {
+    WARN(nccl_build_note());
+    return;
+  }
+  // A one-rank collective cannot wait for a peer, so the stream is held instead: the hold
+  // kernel spins on a flag in mapped pinned memory (common/timing.hpp; it gives up by itself
+  // after 2 s, so nothing can hang) and the all-gather is queued behind it. That is what a
+  // rank sees when a peer never posts its part: a stream that does not finish.
+  ScopedDevice on(0);
+  const std::size_t n = 1000;
+  std::vector<float> host(n);
+  for (std::size_t i = 0; i < n; ++i) host[i] = static_cast<float>(i) - 7.0f;
+  course::DeviceBuffer<float> send = course::to_device(host), recv(n), recv2(n);
+  course::StreamHold hold;
+  for (NcclInit init : {NcclInit::one_thread, NcclInit::thread_per_device}) {
+    INFO(to_string(init));
+    NcclGroup group({0}, init);
+    hold.hold(group.stream(0));
+    all_gather(group, {send.data()}, {recv.data()}, n);
+    try {
+      group.synchronize(std::chrono::milliseconds(200));
+      FAIL("synchronize returned while the stream was held");
+    } catch (const NcclTimeout& e) {
+      const std::string what = e.what();
+      CHECK_THAT(what, Contains("rank 0 (GPU 0) did not finish within 200 ms"));
+      CHECK_THAT(what, Contains("ncclCommAbort"));
+    }
+    CHECK(group.aborted());
+    // An aborted group refuses further work, and says why.
+    CHECK_THROWS_WITH(all_reduce_sum(group, {recv.data()}, n), Contains("aborted"));
+    CHECK_THROWS_WITH(group.synchronize(), Contains("make a new NcclGroup"));
+    // Release the stream: what was queued behind the hold still runs (the one-rank all-gather
+    // is a device-to-device copy of the caller's buffers, nothing of the aborted communicator).
+    hold.release();
+    CUDA_CHECK(cudaStreamSynchronize(group.stream(0)));
+    if (!hold.released_in_time()) {
+      WARN(
+          "the hold kernel gave up by itself (2 s) before the flag was released: "
+          "ncclCommAbort blocked until it ended");
+    }
+  }
+  // The process is still usable: a new communicator gathers correctly.
+  NcclGroup fresh({0});
+  all_gather(fresh, {send.data()}, {recv2.data()}, n);
+  fresh.synchronize();
+  CHECK(course::to_host(recv2) == host);
 }
 
 // ========================================================================== two GPUs or more
