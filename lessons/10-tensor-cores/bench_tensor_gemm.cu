@@ -11,6 +11,8 @@
 //   fc/<name>/<batch>            a fully connected layer 4096 -> 4096 at batch 1..32 (M = batch)
 //   conv1x1/<name>/<MxNxK>       1x1 convolutions as GEMM (M = batch x pixels, N = out channels,
 //                                K = in channels)
+//                                fc/ and conv1x1/ are timed with the L2 flushed before every
+//                                sample and also report GB/s and %copy (memory-bound shapes)
 //
 // Counters: TFLOP/s (2MNK / GPU time), %peak (of the dense FP16 tensor peak read from the device:
 // tensor_gemm.cuh), %cublas (of the cuBLAS run of the same shape and type registered just before;
@@ -100,6 +102,14 @@ void enqueue(const Spec& s, Problem<T>& p, cudaStream_t st) {
                 st);
 }
 
+// The inference shapes (fc/, conv1x1/): in a network each layer reads its weights and
+// activations from DRAM, not from an L2 the previous call left warm, and at batch 1-32 they are
+// memory-bound, so they are timed with the L2 flushed before every sample and also report GB/s
+// and %copy (of the device-to-device copy ceiling measured at start).
+bool inference_shape(const Spec& s) {
+  return s.name.rfind("fc/", 0) == 0 || s.name.rfind("conv1x1/", 0) == 0;
+}
+
 template <class T>
 void run_typed(benchmark::State& state, const Spec& spec) {
   Problem<T>& p = problem<T>(spec.M, spec.N, spec.K);
@@ -107,7 +117,8 @@ void run_typed(benchmark::State& state, const Spec& spec) {
   double s = 0.0;
   try {
     const bool small = static_cast<double>(spec.M) * spec.N * spec.K <= 1024.0 * 1024 * 1024;
-    s = course::bench::time_on_gpu(state, stream, course::bench::Options{course::L2::warm, small},
+    const course::L2 l2 = inference_shape(spec) ? course::L2::flushed : course::L2::warm;
+    s = course::bench::time_on_gpu(state, stream, course::bench::Options{l2, small},
                                    [&] { enqueue(spec, p, stream); });
   } catch (const NotSupported& e) {
     state.SkipWithError(e.what());  // thrown by the warm-up call, before any timed iteration
@@ -117,6 +128,12 @@ void run_typed(benchmark::State& state, const Spec& spec) {
   const double tflops = gemm_flops(spec.M, spec.N, spec.K) / s / 1e12;
   state.counters["TFLOP/s"] = tflops;
   state.counters["%peak"] = 100.0 * tflops / peak_tflops();
+  if (inference_shape(spec))  // A, B and C once each: the bytes a perfect kernel moves
+    course::bench::report_bandwidth(
+        state,
+        static_cast<double>(sizeof(T)) *
+            (double(spec.M) * spec.K + double(spec.K) * spec.N + double(spec.M) * spec.N),
+        s);
   const std::string key =
       std::to_string(spec.M) + "x" + std::to_string(spec.N) + "x" + std::to_string(spec.K);
   if (spec.who < 0) {

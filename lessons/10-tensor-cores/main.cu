@@ -13,10 +13,12 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <functional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/cuda_check.hpp"
@@ -35,6 +37,8 @@ namespace {
 struct Options {
   int M = 4096, N = 4096, K = 4096;  // the shape of the version table
   int reps = 5;                      // timed runs per kernel
+  double sustained_ms = 100.0;       // GPU time per sustained sample
+  int sustained_pairs = 5;           // sustained samples per kernel
   std::vector<int> versions;         // empty: all
 };
 
@@ -118,6 +122,49 @@ Measured run_checked(int v, const Problem<In>& p, course::DeviceBuffer<In>& C, i
   return {median_ms(s, reps, call), bad};
 }
 
+// Sustained speed: what a GEMM runs at once the GPU has reached its power limit, which the
+// short table above (a few launches, each alone) does not. Each sample launches the kernel back
+// to back between two events for at least `sample_ms` of GPU time (the launch latency of the
+// first launch is then below 0.01% of it), and reads the SM clock through NVML while the sample
+// runs; cuBLAS and each of ours take turns, `pairs` samples each, so drift in clock or
+// temperature hits both alike. Medians of the per-launch times and of the clocks.
+struct SustainedRow {
+  double ms = 0.0;      // median per-launch GPU time
+  unsigned sm_mhz = 0;  // median SM clock read during the samples (0: NVML unavailable)
+};
+struct SustainedKernel {
+  const char* name;
+  std::function<void()> enqueue;
+  int launches = 1;  // per sample, from a short probe
+  std::vector<double> ms;
+  std::vector<double> mhz;
+};
+std::vector<SustainedRow> sustained(std::vector<SustainedKernel>& ks, double sample_ms, int pairs,
+                                    cudaStream_t s) {
+  for (SustainedKernel& k : ks) {
+    const double probe = median_ms(s, 3, k.enqueue);
+    k.launches = std::max(1, static_cast<int>(std::ceil(sample_ms / std::max(probe, 1e-3))));
+  }
+  for (int r = 0; r < pairs; ++r) {
+    for (SustainedKernel& k : ks) {
+      course::Event start, stop;
+      start.record(s);
+      for (int i = 0; i < k.launches; ++i) k.enqueue();
+      stop.record(s);
+      // The host returns from enqueuing long before the GPU finishes: read the clock mid-run.
+      std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(sample_ms / 2));
+      const course::GpuClocks c = course::read_gpu_clocks(0);
+      k.ms.push_back(course::elapsed_ms(start, stop) / k.launches);
+      if (c.available) k.mhz.push_back(c.sm_mhz);
+    }
+  }
+  std::vector<SustainedRow> rows;
+  for (const SustainedKernel& k : ks)
+    rows.push_back(
+        {course::median(k.ms), k.mhz.empty() ? 0u : static_cast<unsigned>(course::median(k.mhz))});
+  return rows;
+}
+
 void print_header() {
   std::printf("  %-22s %9s %9s %9s %8s   %s\n", "version", "ms", "TFLOP/s", "%cuBLAS", "%peak",
               "check (every element vs cuBLAS)");
@@ -192,14 +239,46 @@ int run(const Options& opt) {
   int best = 0;
   for (const VersionInfo& info : versions())
     if (t16[info.number] > 0 && (best == 0 || t16[info.number] > t16[best])) best = info.number;
-  if (best > 0)
-    course::add_headline("FP16 %dx%dx%d: v%d %.0f TFLOP/s, %.0f%% of cuBLAS", opt.M, opt.N, opt.K,
-                         best, t16[best], 100.0 * t16[best] / cublas16);
-  if (t16[4] > 0)
-    course::add_headline("v4 (mma.sync + cp.async) %.0f%%", 100.0 * t16[4] / cublas16);
-  if (t16[5] > 0) course::add_headline("v5 (wgmma) %.0f%%", 100.0 * t16[5] / cublas16);
-  if (t16[6] > 0) course::add_headline("v6 (wgmma 128x256) %.0f%%", 100.0 * t16[6] / cublas16);
-  if (t16[7] > 0) course::add_headline("v7 (persistent) %.0f%%", 100.0 * t16[7] / cublas16);
+
+  // 1b. The same kernels sustained: the headline comes from here.
+  if (best > 0) {
+    Problem<__half> p(blas, opt.M, opt.N, opt.K, stream);
+    course::DeviceBuffer<__half> C(std::size_t{1} * p.M * p.N);
+    const double flops = gemm_flops(p.M, p.N, p.K);
+    std::vector<SustainedKernel> ks;
+    ks.push_back({"cublasGemmEx", [&] {
+                    cublas_gemm(blas, p.M, p.N, p.K, 1.0f, p.A.data(), p.B.data(), 0.0f, C.data(),
+                                stream);
+                  }});
+    std::vector<int> ours;
+    for (const int v : {best, 4})
+      if (t16[v] > 0 && std::find(ours.begin(), ours.end(), v) == ours.end()) ours.push_back(v);
+    for (const int v : ours)
+      ks.push_back({version_info(v).name, [&, v] {
+                      tensor_gemm(v, p.M, p.N, p.K, 1.0f, p.A.data(), p.B.data(), 0.0f, C.data(),
+                                  nullptr, Activation::none, stream);
+                    }});
+    std::printf(
+        "\n1b. Sustained, FP16: cuBLAS and ours take turns, %d samples each of >= %.0f ms "
+        "of back-to-back launches (the GPU at its power limit); medians per launch, SM "
+        "clock read by NVML during each sample.\n",
+        opt.sustained_pairs, opt.sustained_ms);
+    const std::vector<SustainedRow> rows =
+        sustained(ks, opt.sustained_ms, opt.sustained_pairs, stream);
+    std::printf("  %-22s %9s %9s %9s %8s %9s %9s\n", "version", "ms", "TFLOP/s", "%cuBLAS", "%peak",
+                "SM MHz", "launches");
+    const double cb = flops / (rows[0].ms / 1e3) / 1e12;
+    std::vector<double> tf(rows.size());
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+      tf[i] = flops / (rows[i].ms / 1e3) / 1e12;
+      std::printf("  %-22s %9.3f %9.1f %8.1f%% %7.1f%% %9u %9d\n", ks[i].name, rows[i].ms, tf[i],
+                  100.0 * tf[i] / cb, 100.0 * tf[i] / peak.tflops, rows[i].sm_mhz, ks[i].launches);
+    }
+    course::add_headline("FP16 %dx%dx%d sustained: v%d %.0f TFLOP/s, %.0f%% of cuBLAS (%.0f)",
+                         opt.M, opt.N, opt.K, ours[0], tf[1], 100.0 * tf[1] / cb, cb);
+    if (ours.size() > 1)
+      course::add_headline("v4 (mma.sync + cp.async) %.0f%%", 100.0 * tf[2] / cb);
+  }
 
   std::printf("\n2. The same in BF16 (the best versions).\n");
   std::vector<int> bf;
@@ -235,10 +314,30 @@ int run(const Options& opt) {
   }
 
   // 4. Inference shapes: a fully connected layer 4096 -> 4096 at batch 1..32 (M = batch), and a
-  // 1x1 convolution as GEMM (batch 8 of 56x56 pixels: M = 25088, 256 -> 256 channels).
+  // 1x1 convolution as GEMM (batch 8 of 56x56 pixels: M = 25088, 256 -> 256 channels). The FC
+  // rows are memory-bound: a network's layer reads its weights from DRAM, not from an L2 that
+  // the previous call left warm, so the L2 is flushed before every sample, and the rows give
+  // GB/s (A, B and C, each read or written once: the bytes a perfect kernel moves) against the
+  // device-to-device copy measured here.
   if (best > 0) {
-    std::printf("\n4. Inference shapes, FP16, v%d vs cuBLAS (the full sweep: make bench).\n", best);
-    std::printf("  %-26s %10s %10s %9s\n", "shape (M x N x K)", "cuBLAS us", "ours us", "%cuBLAS");
+    constexpr std::size_t copy_bytes = std::size_t{1} << 30;
+    double copy_gbps = 0.0;
+    {
+      course::DeviceBuffer<char> src(copy_bytes), dst(copy_bytes);
+      CUDA_CHECK(cudaMemsetAsync(src.data(), 1, copy_bytes, stream));
+      const double ms = median_ms(stream, opt.reps, [&] {
+        CUDA_CHECK(
+            cudaMemcpyAsync(dst.data(), src.data(), copy_bytes, cudaMemcpyDeviceToDevice, stream));
+      });
+      copy_gbps = 2.0 * copy_bytes / (ms / 1e3) / 1e9;
+    }
+    std::printf(
+        "\n4. Inference shapes, FP16, v%d vs cuBLAS (the full sweep: make bench), L2 flushed "
+        "before every sample.\n   GB/s: A, B and C once each, per GPU time; %%copy: of a 1 GiB "
+        "cudaMemcpy device to device, %.0f GB/s\n   (bytes read + written), measured now.\n",
+        best, copy_gbps);
+    std::printf("  %-26s %10s %10s %9s %9s %7s %9s %7s\n", "shape (M x N x K)", "cuBLAS us",
+                "ours us", "%cuBLAS", "cuB GB/s", "%copy", "ours GB/s", "%copy");
     struct Shape {
       const char* what;
       int M, N, K;
@@ -250,14 +349,28 @@ int run(const Options& opt) {
     for (const Shape& sh : shapes) {
       Problem<__half> p(blas, sh.M, sh.N, sh.K, stream);
       course::DeviceBuffer<__half> C(std::size_t{1} * p.M * p.N);
-      const double cb = median_ms(stream, opt.reps, [&] {
+      const auto flushed = [&](auto&& f) {
+        return course::measure(stream, opt.reps, f, course::L2::flushed, false).gpu_ms;
+      };
+      const double cb = flushed([&] {
         cublas_gemm(blas, p.M, p.N, p.K, 1.0f, p.A.data(), p.B.data(), 0.0f, C.data(), stream);
       });
-      const Measured r = run_checked(best, p, C, opt.reps, stream);
+      CUDA_CHECK(cudaMemsetAsync(C.data(), 0, C.bytes(), stream));
+      tensor_gemm(best, p.M, p.N, p.K, 1.0f, p.A.data(), p.B.data(), 0.0f, C.data(), nullptr,
+                  Activation::none, stream);
+      CUDA_CHECK(cudaStreamSynchronize(stream));
+      const std::size_t bad = count_bad(p, C);
+      const double ours = flushed([&] {
+        tensor_gemm(best, p.M, p.N, p.K, 1.0f, p.A.data(), p.B.data(), 0.0f, C.data(), nullptr,
+                    Activation::none, stream);
+      });
+      const double bytes = 2.0 * (double(sh.M) * sh.K + double(sh.K) * sh.N + double(sh.M) * sh.N);
+      const double cb_gbps = bytes / (cb / 1e3) / 1e9, our_gbps = bytes / (ours / 1e3) / 1e9;
       char label[64];
       std::snprintf(label, sizeof label, "%s %dx%dx%d", sh.what, sh.M, sh.N, sh.K);
-      std::printf("  %-26s %10.1f %10.1f %8.1f%%%s\n", label, cb * 1e3, r.ms * 1e3,
-                  100.0 * cb / r.ms, r.bad == 0 ? "" : "  FAILED check");
+      std::printf("  %-26s %10.1f %10.1f %8.1f%% %9.0f %6.1f%% %9.0f %6.1f%%%s\n", label, cb * 1e3,
+                  ours * 1e3, 100.0 * cb / ours, cb_gbps, 100.0 * cb_gbps / copy_gbps, our_gbps,
+                  100.0 * our_gbps / copy_gbps, bad == 0 ? "" : "  FAILED check");
     }
   }
   course::print_headline();
@@ -304,6 +417,14 @@ int main(int argc, char** argv) {
   app.add_option("--reps", opt.reps, "timed runs per kernel, median reported (default 5)")
       ->type_name("R")
       ->check(course::integer_in(1, 1000));
+  app.add_option("--sustained-ms", opt.sustained_ms,
+                 "GPU time of one sustained sample, milliseconds (default 100)")
+      ->type_name("MS")
+      ->check(CLI::Range(1.0, 2000.0));
+  app.add_option("--sustained-samples", opt.sustained_pairs,
+                 "sustained samples per kernel, taken in turns with cuBLAS (default 5)")
+      ->type_name("N")
+      ->check(course::integer_in(1, 100));
   std::string footer = "Versions:";
   int width = 0;
   for (const VersionInfo& v : versions())
