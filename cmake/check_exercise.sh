@@ -76,8 +76,8 @@ case $only in "" | ex[0-9] | ex[0-9][0-9]) ;; *) usage ;; esac
 # Exercises whose kernels use shared memory or barriers (racecheck + synccheck), or only warp
 # shuffles (synccheck: a lane that left before a full-mask shuffle). Every GPU exercise gets
 # memcheck.
-racecheck_table="02:ex3 05:ex1 05:ex2 07:ex1 07:ex2 07:ex3 08:ex4 10:ex1 10:ex2 10:ex3"
-synccheck_table="02:ex3 03:ex2 05:ex1 05:ex2 05:ex4 07:ex1 07:ex2 07:ex3 08:ex4 10:ex1 10:ex2 10:ex3"
+racecheck_table="02:ex3 05:ex1 05:ex2 07:ex1 07:ex2 07:ex3 08:ex4 10:ex1 10:ex2 10:ex3 13:ex3"
+synccheck_table="02:ex3 03:ex2 05:ex1 05:ex2 05:ex4 07:ex1 07:ex2 07:ex3 08:ex4 10:ex1 10:ex2 10:ex3 13:ex3"
 # Counter checks under Nsight Compute (opt-in): lesson:exercise:kernel-name-part:check
 #   load-sectors-per-request<=8: coalesced loads of 32 neighbouring floats take 4 or 5 sectors
 #   of 32 bytes per warp request; 32 lanes reading 32 rows take 32.

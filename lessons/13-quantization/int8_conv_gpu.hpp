@@ -1,0 +1,116 @@
+// Lesson 13: the INT8 convolution on tensor cores, and the device side of the number formats.
+//
+//   conv_int8_gpu        conv_int8_reference (int8_conv.hpp) on the GPU, element for element:
+//                        an implicit GEMM on mma.sync.m16n8k32 (s8 x s8 -> s32), the epilogue
+//                        (dequantise, bias, SiLU, residual, requantise) fused into it
+//   int8_conv_tiles      the block tiles it can run with, and int8_conv_auto_tile's choice
+//   quantize_int8_gpu    the kernel's own requantisation (an inline copy of exercise 1's
+//                        quantize_int8) over an array: the tests compare it with the host's
+//   fp8_e4m3_from_float_gpu / fp8_e4m3_to_float_gpu   quantize.hpp's FP8 conversions run on the
+//                        GPU (the same __host__ __device__ functions), for the same comparison
+//
+// The kernel (int8_conv_gpu.cu) is lesson 12's tensor-core implicit GEMM (engine_kernels.cu,
+// conv_igemm_mma) with 8-bit operands. GEMM rows are output pixels (M = batch * out_h * out_w),
+// columns output channels (N = out_c), the reduction K = kernel^2 * in_c in (r, s, c) order, so
+// that a KRSC weight row is contiguous. Per stage of a 3-deep cp.async ring, each block stages 64
+// K values (bytes) of its BM pixels and BN channels, each 16-byte chunk being 16 channels of one
+// tap (hence in_c % 16 == 0), padding taps and tails zero-filled by cp.async's src-size operand.
+// A shared-memory row is 64 bytes padded to 80, so the eight rows an ldmatrix phase reads fall in
+// eight different 16-byte bank groups. The byte layout of an m16 x k32 INT8 fragment is that of
+// an m16 x k16 FP16 one (PTX ISA, "Matrix Fragments for mma.m16n8k32": a lane holds 4 consecutive
+// k of a row per register, rows g and g + 8, k 0-15 then 16-31), so ldmatrix (.b16, no .trans)
+// reads A and B exactly as lesson 12's kernel does, 32 bytes of K per step instead of 16 halves.
+// int32 accumulators are exact (int8_conv.hpp: K <= kInt8ConvMaxK).
+//
+// The epilogue is exact, not close. For INT8 output each element is first computed in float
+// (p = acc * fl(x_scale * w_scale[k]), + bias, SiLU with expf, + res_scale * res, / y_scale) with
+// an error bound derived in int8_conv_gpu.cu; if the float quotient is farther than that bound
+// from every rounding boundary of the INT8 grid (k + 1/2, and the saturation at 126.5), its
+// rounding is the reference's rounding, certified. Otherwise (a small fraction of the elements,
+// which the fallback counter below measures, and every exact tie) the element is recomputed in
+// double, operation for operation as conv_int8_reference does (the same roundings, no FMA
+// contraction), then rounded to float and quantised as there. Float and FP16 outputs always take
+// the double path (a float estimate cannot certify a float's own rounding; FP16's 11 bits could
+// be certified the way INT8's are, which is not done). What "exact" rests on in the double path:
+// CUDA's exp (double, maximum error 1 ulp; CUDA Math API) and the host's std::exp may differ in
+// the last bit of a double. That changes float(v) only when v lies within a few double ulps of a
+// float rounding boundary (about 2^-28 of the elements with SiLU, none without), and an INT8 code
+// only if that one-ulp change of the float also crosses a rounding boundary of the y_scale grid.
+// The tests allow exactly that, and count it.
+//
+// Requirements of the tensor-core path (conv_int8_gpu checks them all and throws
+// std::invalid_argument naming the first one that fails): compute capability 8.0 or newer;
+// in_c and x_stride multiples of 16 (YOLOv8n's layers all qualify except the first, whose 3
+// input channels stay on lesson 12's FP16 first-layer kernel, or are padded to 16 with zeros);
+// x and w 16-byte aligned (cp.async moves 16 bytes); every pointer device-accessible. y and res
+// may have any alignment and stride (pairs of channels are stored together when they allow).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "int8_conv.hpp"
+
+namespace lesson13 {
+
+// in_c and x_stride must be multiples of this (16 channels = one 16-byte cp.async chunk).
+constexpr int kInt8ConvChannelMultiple = 16;
+
+// A block tile of the kernel: tile_m output pixels x tile_n output channels, computed by
+// warps_m x warps_n warps (each (tile_m / warps_m) x (tile_n / warps_n): m16 x n8 fragments),
+// `threads` = 32 warps_m warps_n per block, `smem_bytes` of dynamic shared memory (3 stages of
+// (tile_m + tile_n) rows of 80 bytes; int8_mma.hpp).
+struct Int8ConvTile {
+  const char* name;  // "128x128", ...
+  int tile_m, tile_n, warps_m, warps_n, threads, smem_bytes;
+};
+const std::vector<Int8ConvTile>& int8_conv_tiles();
+
+// The tile conv_int8_gpu uses when none is given, for a GPU of `sm_count` SMs. Among the tiles
+// that waste less than half of their output channels (tile_n < 2 * out_c rounded up to 16), the
+// largest whose grid has at least one block per SM, else the smallest of them; the smallest
+// tile of all when none qualifies (out_c <= 16).
+// Returns an index into int8_conv_tiles(). Throws std::invalid_argument for sm_count < 1.
+int int8_conv_auto_tile(const Int8ConvArgs& a, int sm_count);
+
+// Every check that needs no CUDA call: check_int8_conv_args (w_scale not read: device memory),
+// then in_c and x_stride multiples of kInt8ConvChannelMultiple, x and w 16-byte aligned.
+// Throws std::invalid_argument ("conv_int8_gpu: ...").
+void check_int8_conv_gpu_args(const Int8ConvArgs& a);
+
+// Runs the convolution on `stream` (asynchronous). Every pointer of `a` is device memory (or
+// managed / mapped pinned memory); the shapes, views and epilogue are conv_int8_reference's, the
+// result equal to it as the top of this file says. tile: an index into int8_conv_tiles(), or -1
+// for int8_conv_auto_tile's choice on the current device. fallbacks: if not null, a device
+// counter that the kernel increments (atomically) once per INT8 output element its certified
+// float epilogue could not decide (for the tests and the lesson's statistics; leave it null to
+// time the kernel). batch 0 launches nothing. The w_scale entries are not checked here (device
+// memory): they must be positive normal floats, as quantize_int8_per_channel makes them.
+// Throws std::invalid_argument for what check_int8_conv_gpu_args refuses, a GPU older than
+// compute capability 8.0, a pointer the device cannot access or a tile index out of range;
+// course::CudaError if a CUDA call fails.
+void conv_int8_gpu(const Int8ConvArgs& a, cudaStream_t stream, int tile = -1,
+                   unsigned long long* fallbacks = nullptr);
+
+// The kernel's requantisation over n values: q[i] = the INT8 code of x[i] / scale exactly as
+// exercise 1's quantize_int8 defines it (device pointers; asynchronous on `stream`).
+// Throws std::invalid_argument for n < 0 or null pointers with n > 0.
+void quantize_int8_gpu(const float* x, int n, float scale, std::int8_t* q, cudaStream_t stream);
+
+// quantize.hpp's fp8_e4m3_from_float / fp8_e4m3_to_float, compiled for and run on the GPU, over
+// n values (device pointers; asynchronous). Same errors as quantize_int8_gpu.
+void fp8_e4m3_from_float_gpu(const float* x, int n, std::uint8_t* code, cudaStream_t stream);
+void fp8_e4m3_to_float_gpu(const std::uint8_t* code, int n, float* x, cudaStream_t stream);
+
+namespace detail {
+// int8_conv_gpu.cu: the launches behind the checked functions above (no argument checks).
+void launch_int8_conv(int tile, const Int8ConvArgs& a, unsigned long long* fallbacks,
+                      cudaStream_t stream);
+void launch_quantize_int8(const float* x, int n, float scale, std::int8_t* q, cudaStream_t stream);
+void launch_fp8_from_float(const float* x, int n, std::uint8_t* code, cudaStream_t stream);
+void launch_fp8_to_float(const std::uint8_t* code, int n, float* x, cudaStream_t stream);
+}  // namespace detail
+
+}  // namespace lesson13

@@ -1,0 +1,576 @@
+// Lesson 13: INT8 quantisation of lesson 12's detector.
+//
+//   lesson13 [--weights PATH] [--scenes N] [--batch N]... [--reps N]
+//   lesson13 --accuracy [--eval-scenes N] [--threads N] [--sensitivity]
+//
+// 1. calibration (CPU): held-out scenes through lesson 12's optimised graph on its CPU reference
+//    (96 x 128: the network is fully convolutional), every activation buffer into an observer;
+//    the amax each calibrator picks for a selection of tensors, and how often entropy clips
+// 2. speed (GPU, compute capability 8.0+): the network's largest 1x1 and largest 3x3
+//    convolution at 640 x 640, timed as
+//      INT8 implicit GEMM   this lesson's kernel, every tile, INT8 in and out with the fused
+//                           epilogue (its result checked against conv_int8_reference first)
+//      FP16 implicit GEMM   lesson 12's kernels, every one the builder may choose for the layer
+//      cuBLASLt INT8 GEMM   the same GEMM shape (M = pixels, N = out_c, K = kernel^2 in_c) on
+//                           contiguous operands, int32 and int8 output: the library's time with
+//                           no gather and no epilogue (a 3x3 layer's input would need an
+//                           im2col first)
+//    GPU time of each launch (common/timing.hpp: the stream held, launch latency excluded), L2
+//    warm, median of --reps samples; TOPS count 2 operations per multiply-add of the layer.
+// Without a GPU, part 1 runs and part 2 says what it needs.
+// --accuracy replaces part 2 by
+// 3. accuracy (CPU): what quantisation costs in boxes, by simulated quantisation (fake_quant.hpp):
+//    lesson 12's held-out scenes 0 .. N-1 at 96 x 128 through the optimised graph, FP32 and INT8
+//    with each calibrator's table (from part 1's scenes, seeds 1000..), per-channel and per-tensor
+//    weight scales; mAP@0.5, mAP@0.5:0.95 and the frames whose deployment detections change
+//    against FP32; then the calibration mistakes people make (tables calibrated on BGR images,
+//    on pixels without the 1/255, on one scene, on a set with one hot pixel), min-max and
+//    entropy, with the same correct inference. With --sensitivity, each convolution alone in INT8
+//    (entropy table, per-channel weights) on the first 16 of those scenes: the layers whose
+//    quantisation costs most (about a minute more on one core). A small input and few scenes keep
+//    it to about a minute on one core (--threads 1, the default); the numbers of the GPU engine at
+//    640 x 640 on hundreds of scenes are the ones the lesson will report.
+#include <cuda_fp16.h>
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "calibrate.hpp"
+#include "calibrate_graph.hpp"
+#include "common/cuda_check.hpp"
+#include "common/device.hpp"
+#include "common/headline.hpp"
+#include "common/lesson_main.hpp"
+#include "common/memory.hpp"
+#include "common/stream.hpp"
+#include "common/timing.hpp"
+#include "cublaslt_int8.hpp"
+#include "fake_quant.hpp"
+#include "engine_kernels.cuh"
+#include "graph.hpp"
+#include "int8_conv.hpp"
+#include "int8_conv_gpu.hpp"
+#include "kernel_library.hpp"
+#include "launch.hpp"
+#include "network.hpp"
+#include "quantize.hpp"
+
+using namespace lesson13;
+
+namespace {
+
+struct Options {
+  std::string weights = std::string(LESSON12_DATA_DIR) + "/yolov8n_scenes.weights";
+  int scenes = 4;
+  std::vector<int> batches{1, 16};
+  int reps = 9;
+  bool accuracy = false;
+  int eval_scenes = 64;
+  int threads = 1;
+  bool sensitivity = false;
+};
+
+constexpr int kCalibH = 96, kCalibW = 128;
+constexpr std::uint64_t kHeldOutSeed = 1000;  // calibration scenes (lesson 12 evaluates on 0..)
+constexpr int kSensitivityScenes = 16;
+
+// ------------------------------------------------------------------ 1. calibration
+
+std::vector<TensorObservation> calibration_summary(const lesson12::WeightsFile& w,
+                                                   const Options& o) {
+  std::printf("1. Calibration on the CPU reference: %d held-out scenes (seeds %llu..), %dx%d\n",
+              o.scenes, static_cast<unsigned long long>(kHeldOutSeed), kCalibW, kCalibH);
+  const lesson12::EngineGraph g = lesson12::optimize(lesson12::yolov8n(w, kCalibH, kCalibW));
+  const auto images = calibration_images(kHeldOutSeed, o.scenes, kCalibW, kCalibH);
+  const std::vector<TensorObservation> obs = observe_engine_graph(g, images);
+  std::printf("   network %s: %zu tensors (the input and every activation buffer)\n",
+              network_id(w.model, g).c_str(), obs.size());
+  const CalibratorConfig configs[] = {
+      {CalibrationMethod::min_max, 0, 128},
+      {CalibrationMethod::percentile, 99.9, 128},
+      {CalibrationMethod::percentile, 99.99, 128},
+      {CalibrationMethod::entropy, 0, 128},
+  };
+  // Column heads: calibrator_name's, shortened to fit 100 columns.
+  const char* heads[] = {"minmax", "p99.9", "p99.99", "entropy"};
+  std::printf(
+      "\n   amax per calibrator (scale = amax / 127): minmax, percentile 99.9 and 99.99, "
+      "entropy-128\n");
+  std::printf("   %-22s %9s %9s", "tensor", "min", "max");
+  for (const char* h : heads) std::printf(" %9s", h);
+  std::printf("\n");
+  // The input, every eighth buffer, and the head's last convolutions (their logits).
+  std::vector<std::size_t> rows{0};
+  for (std::size_t i = 8; i < obs.size(); i += 8) rows.push_back(i);
+  for (std::size_t i = 1; i < obs.size(); ++i) {
+    const std::string& n = obs[i].name;
+    if (n.size() > 2 && n.compare(n.size() - 2, 2, ".2") == 0 && n.rfind("model.22.", 0) == 0 &&
+        std::find(rows.begin(), rows.end(), i) == rows.end())
+      rows.push_back(i);
+  }
+  std::sort(rows.begin(), rows.end());
+  for (std::size_t i : rows) {
+    const ActivationObserver& ob = obs[i].observer;
+    std::printf("   %-22.22s %9.3f %9.3f", obs[i].name.c_str(), ob.min(), ob.max());
+    for (const CalibratorConfig& c : configs) std::printf(" %9.4f", calibrate_amax(ob, c));
+    std::printf("\n");
+  }
+  int clipped = 0;
+  std::vector<double> ratio;
+  for (const TensorObservation& t : obs) {
+    const double mm = calibrate_amax(t.observer, configs[0]);
+    const double en = calibrate_amax(t.observer, configs[3]);
+    if (mm > 0) {
+      ratio.push_back(en / mm);
+      clipped += en < mm;
+    }
+  }
+  std::sort(ratio.begin(), ratio.end());
+  std::printf(
+      "\n   entropy clips %d of %zu tensors below their max |x|; entropy / min-max:\n"
+      "   median %.3f, smallest %.3f\n\n",
+      clipped, ratio.size(), ratio[ratio.size() / 2], ratio.front());
+  return obs;
+}
+
+// ------------------------------------------------------------------ 3. accuracy (CPU)
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+void print_accuracy(const char* what, const Accuracy& a, double seconds) {
+  std::printf("   %-48s %8.4f %13.4f %8d/%d %8.1f s\n", what, a.map50, a.map50_95, a.changed,
+              a.frames, seconds);
+}
+
+void accuracy_table(const lesson12::WeightsFile& w, const Options& o,
+                    const std::vector<TensorObservation>& obs) {
+  std::printf(
+      "3. Accuracy on the CPU, simulated quantisation: %d held-out scenes (seeds 0..%d), %dx%d, "
+      "%d thread%s\n",
+      o.eval_scenes, o.eval_scenes - 1, kCalibW, kCalibH, o.threads, o.threads == 1 ? "" : "s");
+  std::printf(
+      "   INT8: every conv, pool and upsample reads its activations quantised with the table's "
+      "scale\n   (calibrated on part 1's scenes), conv_int8_reference's arithmetic; the decode "
+      "stays FP32.\n   mAP as COCO computes it (conf 0.001, NMS IoU 0.7); changed: frames whose "
+      "detections\n   (conf 0.25, IoU 0.45) differ from FP32's. A GPU engine's numbers at 640x640 "
+      "will replace these.\n\n");
+  const lesson12::EngineGraph g = lesson12::optimize(lesson12::yolov8n(w, kCalibH, kCalibW));
+  const std::string id = network_id(w.model, g);
+  const HeldOutScenes scenes = held_out_scenes(0, o.eval_scenes, kCalibW, kCalibH);
+  std::printf("   %-48s %8s %13s %10s %10s\n", "precision", "mAP@0.5", "mAP@0.5:0.95", "changed",
+              "CPU time");
+  auto t0 = std::chrono::steady_clock::now();
+  FakeQuantConfig fp32_config;
+  fp32_config.all_fp32 = true;
+  const FakeQuantGraph fp32(g, CalibrationTable{}, fp32_config);
+  const SceneDetections ref = detect_scenes(
+      [&](const std::vector<float>& x) { return fp32.run(x); }, scenes, g.num_classes, o.threads);
+  const Accuracy a32 = score_detections(ref, scenes, g.num_classes, &ref);
+  print_accuracy("FP32", a32, seconds_since(t0));
+  const CalibratorConfig configs[] = {
+      {CalibrationMethod::min_max, 0, 128},
+      {CalibrationMethod::percentile, 99.9, 128},
+      {CalibrationMethod::percentile, 99.99, 128},
+      {CalibrationMethod::entropy, 0, 128},
+  };
+  CalibrationTable entropy;
+  Accuracy entropy_pc;
+  const auto run_int8 = [&](const CalibrationTable& table, const FakeQuantConfig& c,
+                            const std::string& label) {
+    const auto t = std::chrono::steady_clock::now();
+    const FakeQuantGraph fq(g, table, c);
+    const SceneDetections d = detect_scenes([&](const std::vector<float>& x) { return fq.run(x); },
+                                            scenes, g.num_classes, o.threads);
+    const Accuracy a = score_detections(d, scenes, g.num_classes, &ref);
+    print_accuracy(label.c_str(), a, seconds_since(t));
+    return a;
+  };
+  for (const CalibratorConfig& cc : configs) {
+    const CalibrationTable table = make_calibration_table(obs, cc, id);
+    for (WeightScales ws : {WeightScales::per_channel, WeightScales::per_tensor}) {
+      FakeQuantConfig c;
+      c.weights = ws;
+      const Accuracy a =
+          run_int8(table, c, "INT8 " + calibrator_name(cc) + ", " + to_string(ws) + " weights");
+      if (cc.method == CalibrationMethod::entropy && ws == WeightScales::per_channel) {
+        entropy = table;
+        entropy_pc = a;
+      }
+    }
+  }
+  FakeQuantConfig first_fp32;
+  first_fp32.keep_fp32 = {g.ops.front().name};
+  run_int8(entropy, first_fp32, "INT8 entropy-128, per-channel, " + g.ops.front().name + " FP32");
+
+  // Calibration mistakes people make: the same inference (correct preprocessing, per-channel
+  // weights), the tables calibrated on a wrong set of part 1's scenes.
+  std::printf(
+      "\n   Calibration mistakes: tables from a wrong calibration set (part 1's %d scenes made "
+      "wrong),\n   inference as above\n",
+      o.scenes);
+  const std::vector<std::vector<float>> good =
+      calibration_images(kHeldOutSeed, o.scenes, kCalibW, kCalibH);
+  const std::size_t plane = static_cast<std::size_t>(kCalibW) * kCalibH;
+  struct Mistake {
+    const char* what;
+    std::vector<std::vector<float>> images;
+  };
+  std::vector<Mistake> mistakes;
+  mistakes.push_back({"calibrated on BGR", good});  // planes 0 and 2 swapped
+  for (std::vector<float>& im : mistakes.back().images)
+    std::swap_ranges(im.begin(), im.begin() + plane, im.begin() + 2 * plane);
+  mistakes.push_back({"calibrated without /255", good});  // pixels in [0, 255]
+  for (std::vector<float>& im : mistakes.back().images)
+    for (float& v : im) v *= 255.0f;
+  mistakes.push_back({"calibrated on 1 scene", {good.front()}});
+  mistakes.push_back({"1 hot pixel (40.0) in scene 0", good});  // a stuck sensor pixel
+  for (int c = 0; c < 3; ++c) mistakes.back().images.front()[c * plane] = 40.0f;
+  for (const Mistake& m : mistakes) {
+    const std::vector<TensorObservation> wrong = observe_engine_graph(g, m.images);
+    for (const CalibratorConfig& cc : {configs[0], configs[3]}) {
+      FakeQuantConfig c;
+      c.weights = WeightScales::per_channel;
+      run_int8(make_calibration_table(wrong, cc, id), c,
+               "INT8 " + calibrator_name(cc) + ", " + m.what);
+    }
+  }
+  std::printf("   (total %.1f s)\n\n", seconds_since(t0));
+  course::add_headline("CPU fake-quant %dx%d, %d scenes: mAP@0.5:0.95 FP32 %.4f, INT8 entropy %.4f",
+                       kCalibW, kCalibH, o.eval_scenes, a32.map50_95, entropy_pc.map50_95);
+
+  if (!o.sensitivity) return;
+  // The first scenes only: every layer's run repeats the FP32 ops after it (about 3 s per layer
+  // and 16 scenes on one core).
+  const int n_sens = std::min(o.eval_scenes, kSensitivityScenes);
+  HeldOutScenes sub = scenes;
+  sub.images.resize(static_cast<std::size_t>(n_sens));
+  sub.truth.resize(static_cast<std::size_t>(n_sens));
+  SceneDetections sub_ref = ref;
+  sub_ref.eval.resize(static_cast<std::size_t>(n_sens));
+  sub_ref.deploy.resize(static_cast<std::size_t>(n_sens));
+  const Accuracy sub32 = score_detections(sub_ref, sub, g.num_classes, &sub_ref);
+  std::printf(
+      "   Sensitivity on scenes 0..%d: each convolution alone in INT8 (entropy-128 table, "
+      "per-channel\n   weights), its cost against FP32 (mAP@0.5 %.4f, mAP@0.5:0.95 %.4f on these "
+      "scenes);\n   the ten costliest, then the total\n\n",
+      n_sens - 1, sub32.map50, sub32.map50_95);
+  t0 = std::chrono::steady_clock::now();
+  std::vector<LayerSensitivity> rows =
+      layer_sensitivity(g, entropy, WeightScales::per_channel, sub, sub_ref, o.threads);
+  std::stable_sort(rows.begin(), rows.end(), [&](const auto& a, const auto& b) {
+    return a.accuracy.map50_95 < b.accuracy.map50_95;
+  });
+  std::printf("   %-24s %14s %14s %10s\n", "layer", "d mAP@0.5", "d mAP@0.5:0.95", "changed");
+  for (std::size_t i = 0; i < rows.size() && i < 10; ++i) {
+    const Accuracy& a = rows[i].accuracy;
+    std::printf("   %-24s %+14.4f %+14.4f %8d/%d\n", rows[i].op.c_str(), a.map50 - sub32.map50,
+                a.map50_95 - sub32.map50_95, a.changed, a.frames);
+  }
+  int unchanged = 0;
+  for (const auto& r : rows) unchanged += r.accuracy.changed == 0;
+  std::printf("   %zu layers; %d change no frame's detections (%.1f s)\n\n", rows.size(), unchanged,
+              seconds_since(t0));
+}
+
+// ------------------------------------------------------------------ 2. speed
+
+// The network's largest convolution (multiply-adds) of a kernel size, among those the INT8
+// tensor-core path can run (in_c a multiple of 16: all but the first layer).
+const lesson12::FusedOp* largest_conv(const lesson12::EngineGraph& g, int kernel) {
+  const lesson12::FusedOp* best = nullptr;
+  double best_macs = 0;
+  for (const lesson12::FusedOp& op : g.ops) {
+    if (op.kind != lesson12::OpKind::conv || op.kernel != kernel ||
+        op.in_channels % kInt8ConvChannelMultiple != 0)
+      continue;
+    const double macs = static_cast<double>(op.output.h) * op.output.w * op.out_channels *
+                        op.kernel * op.kernel * op.in_channels;
+    if (macs > best_macs) best_macs = macs, best = &op;
+  }
+  return best;
+}
+
+std::vector<std::int8_t> random_int8(std::size_t n, std::mt19937& rng) {
+  // Activations after SiLU: mostly small and positive, a tail of large values.
+  std::uniform_int_distribution<int> small(-20, 60), any(-127, 127), pick(0, 9);
+  std::vector<std::int8_t> v(n);
+  for (std::int8_t& x : v) x = static_cast<std::int8_t>(pick(rng) ? small(rng) : any(rng));
+  return v;
+}
+
+int sm_version() {
+  const course::DeviceInfo d = course::query_device(0);
+  return d.cc_major * 10 + d.cc_minor;
+}
+
+struct Row {
+  std::string what;
+  double us = 0;
+};
+
+void print_row(const Row& r, double macs, double fp16_us) {
+  std::printf("   %-52s %9.2f us %8.1f TOPS", r.what.c_str(), r.us,
+              2 * macs / (r.us * 1e-6) / 1e12);
+  if (fp16_us > 0) std::printf("  %5.2fx", fp16_us / r.us);
+  std::printf("\n");
+}
+
+// One layer at one batch: the INT8 kernel (every tile), lesson 12's FP16 kernels, cuBLASLt.
+// Returns {best INT8 us, best FP16 us}.
+std::pair<double, double> time_layer(const lesson12::FusedOp& op, int batch, const Options& o,
+                                     lesson12::KernelLibrary& lib, int sm_count, cudaStream_t s) {
+  const int in_h = op.input.h, in_w = op.input.w, C = op.in_channels, N = op.out_channels;
+  const int out_h = op.output.h, out_w = op.output.w, kk = op.kernel;
+  const int K = kk * kk * C;
+  const long long M = static_cast<long long>(batch) * out_h * out_w;
+  const double macs = static_cast<double>(M) * N * K;
+  std::printf("\n   %s, batch %d: M = %lld pixels, N = %d channels, K = %d; %.3f G multiply-adds\n",
+              lesson12::describe(op).c_str(), batch, M, N, K, macs / 1e9);
+  std::mt19937 rng(1313);
+  const std::size_t in_elems = static_cast<std::size_t>(batch) * in_h * in_w * C;
+  const std::size_t out_elems = static_cast<std::size_t>(M) * N;
+
+  // ---- INT8: the layer's own weights, quantised per output channel; random activations.
+  const PerChannelInt8 wq = quantize_int8_per_channel(op.weight, N);
+  const std::vector<std::int8_t> x8 = random_int8(in_elems, rng);
+  const std::vector<std::int8_t> r8 = random_int8(out_elems, rng);
+  course::DeviceBuffer<std::int8_t> dx8 = course::to_device(x8), dw8 = course::to_device(wq.q);
+  course::DeviceBuffer<std::int8_t> dr8 = course::to_device(r8), dy8(out_elems);
+  course::DeviceBuffer<float> dbias = course::to_device(op.bias), dws = course::to_device(wq.scale);
+  Int8ConvArgs a{};
+  a.x = dx8.data();
+  a.w = dw8.data();
+  a.bias = dbias.data();
+  a.res = op.has_residual ? dr8.data() : nullptr;
+  a.y = dy8.data();
+  a.x_stride = C;
+  a.res_stride = N;
+  a.y_stride = N;
+  a.batch = batch;
+  a.in_h = in_h;
+  a.in_w = in_w;
+  a.in_c = C;
+  a.out_h = out_h;
+  a.out_w = out_w;
+  a.out_c = N;
+  a.kernel = kk;
+  a.stride = op.stride;
+  a.pad = op.pad;
+  a.act = static_cast<int>(op.act);
+  a.x_scale = 4.0f / 127.0f;
+  a.w_scale = dws.data();
+  a.res_scale = 4.0f / 127.0f;
+  a.y_scale = 6.0f / 127.0f;
+  a.y_type = Int8ConvOutput::int8;
+  // Correctness first (batch 1 only: the CPU reference is slow): equal to conv_int8_reference,
+  // and how many elements the certified float epilogue handed to the double path.
+  if (batch == 1) {
+    course::DeviceBuffer<unsigned long long> fallbacks(1);
+    CUDA_CHECK(cudaMemsetAsync(fallbacks.data(), 0, sizeof(unsigned long long), s));
+    conv_int8_gpu(a, s, -1, fallbacks.data());
+    CUDA_CHECK(cudaStreamSynchronize(s));
+    const std::vector<std::int8_t> got = course::to_host(dy8);
+    unsigned long long fb = 0;
+    CUDA_CHECK(cudaMemcpy(&fb, fallbacks.data(), sizeof fb, cudaMemcpyDeviceToHost));
+    std::vector<std::int8_t> want(out_elems);
+    Int8ConvArgs h = a;
+    h.x = x8.data();
+    h.w = wq.q.data();
+    h.bias = op.bias.data();
+    h.res = op.has_residual ? r8.data() : nullptr;
+    h.y = want.data();
+    h.w_scale = wq.scale.data();
+    conv_int8_reference(h);
+    std::size_t diff = 0;
+    for (std::size_t i = 0; i < out_elems; ++i) diff += got[i] != want[i];
+    std::printf(
+        "   INT8 kernel vs conv_int8_reference: %zu of %zu outputs differ; %llu (%.4f %%) "
+        "took the double fallback\n",
+        diff, out_elems, fb, 100.0 * fb / out_elems);
+  }
+  std::printf("   %-52s %12s %13s %7s\n", "kernel", "GPU time", "", "vs FP16");
+  std::vector<Row> int8_rows;
+  const std::vector<Int8ConvTile>& tiles = int8_conv_tiles();
+  const int auto_tile = int8_conv_auto_tile(a, sm_count);
+  for (int t = 0; t < static_cast<int>(tiles.size()); ++t) {
+    const double ms = course::measure(
+                          s, o.reps, [&] { conv_int8_gpu(a, s, t); }, course::L2::warm, false)
+                          .gpu_ms;
+    int8_rows.push_back({std::string("INT8 implicit GEMM ") + tiles[t].name +
+                             (t == auto_tile ? " (automatic)" : ""),
+                         ms * 1e3});
+  }
+
+  // ---- FP16: lesson 12's kernels on the same layer (random FP16 activations).
+  std::vector<__half> x16(in_elems), w16(op.weight.size()), r16(out_elems);
+  std::uniform_real_distribution<float> u(-1.0f, 2.0f);
+  for (__half& v : x16) v = __float2half_rn(u(rng));
+  for (__half& v : r16) v = __float2half_rn(u(rng));
+  for (std::size_t i = 0; i < w16.size(); ++i) w16[i] = __float2half_rn(op.weight[i]);
+  course::DeviceBuffer<__half> dx16 = course::to_device(x16), dw16 = course::to_device(w16);
+  course::DeviceBuffer<__half> dr16 = course::to_device(r16), dy16(out_elems);
+  lesson12::ConvArgs c{};
+  c.x = dx16.data();
+  c.w = dw16.data();
+  c.bias = dbias.data();
+  c.res = op.has_residual ? dr16.data() : nullptr;
+  c.y = dy16.data();
+  c.x_stride = C;
+  c.res_stride = N;
+  c.y_stride = N;
+  c.batch = batch;
+  c.in_h = in_h;
+  c.in_w = in_w;
+  c.in_c = C;
+  c.out_h = out_h;
+  c.out_w = out_w;
+  c.out_c = N;
+  c.kernel = kk;
+  c.stride = op.stride;
+  c.pad = op.pad;
+  c.act = static_cast<int>(op.act);
+  int count = 0;
+  const lesson12::ConvKernelInfo* table = lesson12::conv_kernels(&count);
+  Row fp16_best{"", 0};
+  for (int k = 0; k < count; ++k) {
+    const lesson12::ConvKernelInfo& info = table[k];
+    if (info.dtype != lesson12::DType::f16 || !lesson12::conv_kernel_runs_on(info, sm_version()) ||
+        !lesson12::conv_kernel_supports(info, c, false))
+      continue;
+    const double ms = course::measure(
+                          s, o.reps, [&] { lesson12::launch_conv_kernel(lib, info, c, s); },
+                          course::L2::warm, false)
+                          .gpu_ms;
+    if (fp16_best.us == 0 || ms * 1e3 < fp16_best.us)
+      fp16_best = {std::string("FP16 (lesson 12) ") + info.tactic, ms * 1e3};
+  }
+
+  // ---- cuBLASLt INT8 GEMM of the same shape, contiguous operands.
+  std::vector<Row> lt_rows;
+  if (N % 4 == 0 && K % 4 == 0 && M <= 0x7fffffffLL) {
+    const std::vector<std::int8_t> A = random_int8(static_cast<std::size_t>(M) * K, rng);
+    course::DeviceBuffer<std::int8_t> dA = course::to_device(A);
+    course::DeviceBuffer<std::int32_t> dC32(out_elems);
+    for (auto out : {CublasLtInt8Gemm::Output::int32, CublasLtInt8Gemm::Output::int8}) {
+      const bool i8 = out == CublasLtInt8Gemm::Output::int8;
+      try {
+        CublasLtInt8Gemm gemm(static_cast<int>(M), N, K, out, 1.0f / 4096);
+        void* C_ptr = i8 ? static_cast<void*>(dy8.data()) : static_cast<void*>(dC32.data());
+        const double ms = course::measure(
+                              s, o.reps, [&] { gemm.run(dA.data(), dw8.data(), C_ptr, s); },
+                              course::L2::warm, false)
+                              .gpu_ms;
+        lt_rows.push_back({std::string("cuBLASLt INT8 GEMM, ") + (i8 ? "int8 out" : "int32 out") +
+                               (kk > 1 ? ", no gather" : ""),
+                           ms * 1e3});
+      } catch (const std::exception& e) {
+        std::printf("   cuBLASLt INT8 GEMM (%s output): %s\n", i8 ? "int8" : "int32", e.what());
+      }
+    }
+  }
+  print_row(fp16_best, macs, fp16_best.us);
+  double int8_best = 0;
+  for (const Row& r : int8_rows) {
+    print_row(r, macs, fp16_best.us);
+    if (int8_best == 0 || r.us < int8_best) int8_best = r.us;
+  }
+  for (const Row& r : lt_rows) print_row(r, macs, fp16_best.us);
+  return {int8_best, fp16_best.us};
+}
+
+void speed_table(const lesson12::WeightsFile& w, const Options& o) {
+  const course::DeviceInfo dev = course::query_device(0);
+  std::printf("2. Speed on %s\n", course::summary(dev).c_str());
+  if (dev.cc_major < 8) {
+    std::printf("   The INT8 tensor-core kernel needs compute capability 8.0 or newer: skipped.\n");
+    return;
+  }
+  CUDA_CHECK(cudaSetDevice(0));
+  CUDA_CHECK(cudaFree(nullptr));
+  course::Stream stream;
+  lesson12::KernelLibrary lib(lesson12::built_kernel_image());
+  std::printf(
+      "   GPU time per launch, median of %d, L2 warm; the timing floor (an empty kernel) "
+      "is %.2f us\n",
+      o.reps, course::gpu_time_floor_ms(stream.get()) * 1e3);
+  const lesson12::EngineGraph g =
+      lesson12::optimize(lesson12::yolov8n(w, lesson12::kInputSize, lesson12::kInputSize));
+  for (int kernel : {1, 3}) {
+    const lesson12::FusedOp* op = largest_conv(g, kernel);
+    if (op == nullptr) continue;
+    std::printf("\n   The largest %dx%d convolution at %dx%d: %s\n", kernel, kernel,
+                lesson12::kInputSize, lesson12::kInputSize, op->name.c_str());
+    for (int b : o.batches) {
+      const auto t = time_layer(*op, b, o, lib, dev.sm_count, stream.get());
+      if (b == o.batches.front()) {
+        course::add_headline("%dx%d %s batch %d: INT8 %.1f us vs FP16 %.1f us", kernel, kernel,
+                             op->name.c_str(), b, t.first, t.second);
+      }
+    }
+  }
+}
+
+int run(const Options& o) {
+  std::printf("Lesson 13: INT8 quantisation of lesson 12's detector\n\n");
+  const lesson12::WeightsFile w = lesson12::read_weights(o.weights);
+  const std::vector<TensorObservation> obs = calibration_summary(w, o);
+  if (o.accuracy) {
+    std::printf("2. Speed: skipped (--accuracy)\n\n");
+    accuracy_table(w, o, obs);
+    course::print_headline();
+    return 0;
+  }
+  const course::DeviceAvailability avail = course::check_device_available();
+  if (!avail.usable) {
+    std::printf(
+        "2. Speed: needs a CUDA GPU (compute capability 8.0 or newer for the INT8 "
+        "kernel); none here: %s\n   The timing table was not measured.\n",
+        avail.reason.c_str());
+    course::add_headline("calibration only (no GPU: the speed table needs one)");
+    course::print_headline();
+    return 0;
+  }
+  speed_table(w, o);
+  course::print_headline();
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  CLI::App app{
+      "Lesson 13: INT8 quantisation of lesson 12's detector: calibration on the CPU, "
+      "the INT8 tensor-core convolution against FP16 and cuBLASLt on the GPU"};
+  app.add_option("--weights", o.weights, "lesson 12's weights file (default: the trained one)");
+  app.add_option("--scenes", o.scenes, "held-out scenes to calibrate on (default 4)")
+      ->check(course::integer_in(1, 64));
+  app.add_option("--batch", o.batches,
+                 "batch size of the speed table (repeat for several; "
+                 "default 1 and 16)")
+      ->check(course::integer_in(1, 64));
+  app.add_option("--reps", o.reps, "timed runs per kernel, median reported (default 9)")
+      ->check(course::integer_in(1, 1000));
+  app.add_flag("--accuracy", o.accuracy,
+               "instead of the speed table: mAP of FP32 and INT8 (each calibrator, per-channel and "
+               "per-tensor weights) by simulated quantisation on the CPU, 96x128 scenes");
+  app.add_option("--eval-scenes", o.eval_scenes,
+                 "held-out scenes for --accuracy (seeds 0..N-1; default 64)")
+      ->check(course::integer_in(1, 500));
+  app.add_option("--threads", o.threads, "CPU threads for --accuracy (default 1)")
+      ->check(course::integer_in(1, 256));
+  app.add_flag("--sensitivity", o.sensitivity,
+               "with --accuracy: each convolution alone in INT8, the costliest layers");
+  // The body checks for a GPU itself: the calibration part runs without one.
+  return course::lesson_main(
+      app, argc, argv, [&] { return run(o); }, course::DeviceCheck::none);
+}
