@@ -33,6 +33,7 @@
 #include <stdint.h>
 
 #include "engine_kernels.cuh"
+#include "ptx_wrappers.cuh"
 
 namespace lesson12 {
 namespace {
@@ -133,35 +134,10 @@ __device__ __forceinline__ float epilogue_value(const ConvArgs& a, float acc, lo
 }
 
 // ---------------------------------------------------------------- PTX wrappers (sm_80+)
+// cp.async and ldmatrix: ptx_wrappers.cuh (shared with lesson 13's INT8 kernel). The FP16 mma is
+// this file's own.
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
 
-__device__ __forceinline__ unsigned smem_u32(const void* p) {
-  return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}
-__device__ __forceinline__ void cp_async_commit() {
-  asm volatile("cp.async.commit_group;\n" ::);
-}
-template <int kPending>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
-}
-// 16 bytes global -> shared through L1 (.ca: a 3x3 convolution reads each input pixel for up to
-// nine output pixels of the same block, so L1 hits are worth keeping); src_bytes 0 writes 16 zero
-// bytes and reads nothing (padding taps, rows past M, channels past out_c, K past the end).
-__device__ __forceinline__ void cp_async_ca16(unsigned smem, const void* gmem, int src_bytes) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem), "l"(gmem),
-               "r"(src_bytes));
-}
-// The weights: every block of the grid reads them, so they live in L2; .cg skips L1.
-__device__ __forceinline__ void cp_async_cg16(unsigned smem, const void* gmem, int src_bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem), "l"(gmem),
-               "r"(src_bytes));
-}
-__device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], unsigned smem) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem));
-}
 // D = A * B + D, m16n8k16, FP16 inputs, FP32 accumulators. Fragment layouts: lesson 10's
 // mma_a_element / mma_b_element / mma_c_element (tensor_gemm.cuh).
 __device__ __forceinline__ void mma_16816(float (&d)[4], const unsigned (&a)[4], unsigned b0,

@@ -478,22 +478,9 @@ std::size_t arena_without_reuse(const EngineGraph& graph, int max_batch, std::si
 
 // ------------------------------------------------------------------------------ CPU run
 
-namespace {
-
-// A view's element (y, x, c) as a pointer walk: NHWC buffers step `pixel` per pixel and 1 per
-// channel; the network input (NCHW) steps 1 per pixel and h * w per channel.
-struct Access {
-  float* base = nullptr;
-  std::size_t pixel = 0, channel = 0;
-  int w = 0;
-  float* at(int y, int x) const {
-    return base + (static_cast<std::size_t>(y) * static_cast<std::size_t>(w) + x) * pixel;
-  }
-};
-
-Access access(const EngineGraph& g, std::vector<std::vector<float>>& buffers,
-              const std::vector<float>& input, const View& v) {
-  Access a;
+ViewElements view_elements(const EngineGraph& g, std::vector<std::vector<float>>& buffers,
+                           const std::vector<float>& input, const View& v, const char* who) {
+  ViewElements a;
   a.w = v.w;
   if (v.buffer == View::kNetworkInput) {
     const std::size_t plane = static_cast<std::size_t>(g.input_h) * g.input_w;
@@ -504,8 +491,7 @@ Access access(const EngineGraph& g, std::vector<std::vector<float>>& buffers,
     const BufferDesc& b = g.buffers.at(static_cast<std::size_t>(v.buffer));
     if (v.channel_offset < 0 || v.channel_offset + v.channels > b.channels || v.h != b.h ||
         v.w != b.w) {
-      throw std::invalid_argument("run_engine_graph_reference: a view does not fit buffer " +
-                                  b.name);
+      throw std::invalid_argument(std::string(who) + ": a view does not fit buffer " + b.name);
     }
     a.base = buffers[static_cast<std::size_t>(v.buffer)].data() + v.channel_offset;
     a.pixel = static_cast<std::size_t>(b.channels);
@@ -513,8 +499,6 @@ Access access(const EngineGraph& g, std::vector<std::vector<float>>& buffers,
   }
   return a;
 }
-
-}  // namespace
 
 std::vector<float> run_engine_graph_reference(const EngineGraph& graph,
                                               const std::vector<float>& input,
@@ -533,12 +517,15 @@ std::vector<float> run_engine_graph_reference(const EngineGraph& graph,
   }
   const int n_total = graph.num_candidates;
   std::vector<float> out(static_cast<std::size_t>(4 + graph.num_classes) * n_total);
+  const auto elements = [&](const View& v) {
+    return view_elements(graph, buffers, input, v, "run_engine_graph_reference");
+  };
   for (const FusedOp& op : graph.ops) {
     switch (op.kind) {
       case OpKind::conv: {
-        const Access x = access(graph, buffers, input, op.input);
-        const Access y = access(graph, buffers, input, op.output);
-        const Access res = op.has_residual ? access(graph, buffers, input, op.residual) : Access{};
+        const ViewElements x = elements(op.input);
+        const ViewElements y = elements(op.output);
+        const ViewElements res = op.has_residual ? elements(op.residual) : ViewElements{};
         const int k = op.kernel, cin = op.in_channels;
         const double macs = static_cast<double>(op.out_channels) * cin * k * k * op.output.w;
         parallel_for(op.output.h, macs, [&](int y_begin, int y_end) {
@@ -581,8 +568,8 @@ std::vector<float> run_engine_graph_reference(const EngineGraph& graph,
       case OpKind::max_pool:
       case OpKind::upsample:
       case OpKind::copy: {
-        const Access x = access(graph, buffers, input, op.input);
-        const Access y = access(graph, buffers, input, op.output);
+        const ViewElements x = elements(op.input);
+        const ViewElements y = elements(op.output);
         for (int oy = 0; oy < op.output.h; ++oy) {
           for (int ox = 0; ox < op.output.w; ++ox) {
             float* dst = y.at(oy, ox);
@@ -613,8 +600,8 @@ std::vector<float> run_engine_graph_reference(const EngineGraph& graph,
         int n = 0;
         std::vector<double> logits(static_cast<std::size_t>(4 * op.reg_max));
         for (std::size_t level = 0; level < op.box.size(); ++level) {
-          const Access box = access(graph, buffers, input, op.box[level]);
-          const Access cls = access(graph, buffers, input, op.cls[level]);
+          const ViewElements box = elements(op.box[level]);
+          const ViewElements cls = elements(op.cls[level]);
           for (int gy = 0; gy < op.box[level].h; ++gy) {
             for (int gx = 0; gx < op.box[level].w; ++gx, ++n) {
               if (n >= n_total) throw std::invalid_argument("detect: more candidates than N");

@@ -72,6 +72,25 @@ struct FusedOp {
   int reg_max = 16, num_classes = 0;
 };
 
+// A conv op's geometry as kernel arguments: sets batch, in_h, in_w, in_c, out_h, out_w, out_c,
+// kernel, stride, pad and act (0 none, 1 SiLU) of `a`, any struct with those int fields: lesson
+// 12's ConvArgs (launch.cpp's conv_args), lesson 13's Int8ConvArgs. The pointers and strides
+// are the caller's.
+template <class Args>
+void set_conv_geometry(const FusedOp& op, int batch, Args& a) {
+  a.batch = batch;
+  a.in_h = op.input.h;
+  a.in_w = op.input.w;
+  a.in_c = op.in_channels;
+  a.out_h = op.output.h;
+  a.out_w = op.output.w;
+  a.out_c = op.out_channels;
+  a.kernel = op.kernel;
+  a.stride = op.stride;
+  a.pad = op.pad;
+  a.act = static_cast<int>(op.act);
+}
+
 struct EngineGraph {
   int input_h = 0, input_w = 0;  // network input, per image [input_c, input_h, input_w] float
   int input_c = 3;
@@ -108,6 +127,29 @@ std::size_t arena_without_reuse(const EngineGraph& graph, int max_batch, std::si
 std::vector<float> run_engine_graph_reference(const EngineGraph& graph,
                                               const std::vector<float>& input,
                                               std::vector<std::vector<float>>* buffers = nullptr);
+
+// A view's elements in one image's float tensors, as run_engine_graph_reference (and lesson 13's
+// fake quantisation) walks them: element (y, x, c) of the view is at(y, x)[c * channel]. In a
+// buffer (NHWC) a pixel steps `pixel` elements, the buffer's channel count (a view may be a
+// channel slice of a wider buffer), and a channel steps 1; in the network input (NCHW) a pixel
+// steps 1 and a channel h * w. base points at the view's first channel.
+struct ViewElements {
+  float* base = nullptr;
+  std::size_t pixel = 0, channel = 0;  // the steps, in elements, to the next pixel / channel
+  int w = 0;                           // the view's width
+  float* at(int y, int x) const {
+    return base + (static_cast<std::size_t>(y) * static_cast<std::size_t>(w) + x) * pixel;
+  }
+};
+
+// The elements of view `v` of graph `g`: in buffers[v.buffer] (one vector per buffer of g, each
+// elements_per_image() floats, NHWC: what run_engine_graph_reference's `buffers` receives), or
+// for View::kNetworkInput in `input` ([input_c, input_h, input_w], NCHW; read only, although
+// base is not const). Throws std::invalid_argument, the message starting with `who`, if the view
+// does not fit its buffer (a channel range outside the buffer's, another h or w), and
+// std::out_of_range for a buffer index g does not have.
+ViewElements view_elements(const EngineGraph& g, std::vector<std::vector<float>>& buffers,
+                           const std::vector<float>& input, const View& v, const char* who);
 
 // One line for tables: "conv 3x3 s2 3->16 silu  input -> model.0[0:16) 32x32", ...
 std::string describe(const FusedOp& op);

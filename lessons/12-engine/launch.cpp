@@ -33,17 +33,7 @@ ConvArgs conv_args(const FusedOp& op, const EngineGraph& g, const Bindings& b, c
   a.x_stride = view_stride(op.input, g);
   a.res_stride = op.has_residual ? view_stride(op.residual, g) : 0;
   a.y_stride = view_stride(op.output, g);
-  a.batch = b.batch;
-  a.in_h = op.input.h;
-  a.in_w = op.input.w;
-  a.in_c = op.in_channels;
-  a.out_h = op.output.h;
-  a.out_w = op.output.w;
-  a.out_c = op.out_channels;
-  a.kernel = op.kernel;
-  a.stride = op.stride;
-  a.pad = op.pad;
-  a.act = static_cast<int>(op.act);
+  set_conv_geometry(op, b.batch, a);
   return a;
 }
 

@@ -23,6 +23,7 @@ using lesson12::EngineGraph;
 using lesson12::FusedOp;
 using lesson12::OpKind;
 using lesson12::View;
+using lesson12::ViewElements;
 
 const char* to_string(WeightScales w) {
   return w == WeightScales::per_channel ? "per-channel" : "per-tensor";
@@ -34,46 +35,13 @@ bool positive_normal(float s) {
   return std::isnormal(s) && s > 0;
 }
 
-// A view's element (y, x, c), as lesson 12's CPU reference walks it: NHWC buffers step `pixel`
-// per pixel and 1 per channel; the network input (NCHW) steps 1 per pixel and h * w per channel.
-struct Access {
-  float* base = nullptr;
-  std::size_t pixel = 0, channel = 0;
-  int w = 0;
-  float* at(int y, int x) const {
-    return base + (static_cast<std::size_t>(y) * static_cast<std::size_t>(w) + x) * pixel;
-  }
-};
-
-Access access(const EngineGraph& g, std::vector<std::vector<float>>& buffers,
-              const std::vector<float>& input, const View& v) {
-  Access a;
-  a.w = v.w;
-  if (v.buffer == View::kNetworkInput) {
-    const std::size_t plane = static_cast<std::size_t>(g.input_h) * g.input_w;
-    a.base = const_cast<float*>(input.data()) + v.channel_offset * plane;
-    a.pixel = 1;
-    a.channel = plane;
-  } else {
-    const lesson12::BufferDesc& b = g.buffers.at(static_cast<std::size_t>(v.buffer));
-    if (v.channel_offset < 0 || v.channel_offset + v.channels > b.channels || v.h != b.h ||
-        v.w != b.w) {
-      throw std::invalid_argument("FakeQuantGraph: a view does not fit buffer " + b.name);
-    }
-    a.base = buffers[static_cast<std::size_t>(v.buffer)].data() + v.channel_offset;
-    a.pixel = static_cast<std::size_t>(b.channels);
-    a.channel = 1;
-  }
-  return a;
-}
-
 std::string tensor_name(const EngineGraph& g, const View& v) {
   return v.buffer == View::kNetworkInput ? std::string(kInputTensorName)
                                          : g.buffers.at(static_cast<std::size_t>(v.buffer)).name;
 }
 
 // A view as a packed INT8 NHWC array [h][w][channels]: quantize_int8(x, scale) of each element.
-std::vector<std::int8_t> gather_int8(const Access& a, const View& v, float scale) {
+std::vector<std::int8_t> gather_int8(const ViewElements& a, const View& v, float scale) {
   std::vector<std::int8_t> q(static_cast<std::size_t>(v.h) * v.w * v.channels);
   std::size_t i = 0;
   for (int y = 0; y < v.h; ++y) {
@@ -88,7 +56,8 @@ std::vector<std::int8_t> gather_int8(const Access& a, const View& v, float scale
 // The FP32 convolution: run_engine_graph_reference's loop, in its order (bias first, then per
 // tap a double sum over the input channels of float weight x double pixel, SiLU in double, the
 // residual added after it, one rounding to float), without its threads.
-void conv_fp32(const FusedOp& op, const Access& x, const Access& y, const Access* res) {
+void conv_fp32(const FusedOp& op, const ViewElements& x, const ViewElements& y,
+               const ViewElements* res) {
   const int k = op.kernel, cin = op.in_channels;
   std::vector<double> acc(static_cast<std::size_t>(op.out_channels));
   std::vector<double> pixel(static_cast<std::size_t>(cin));
@@ -245,14 +214,17 @@ std::vector<float> FakeQuantGraph::run_from(int first_op, const std::vector<floa
   }
   const int n_total = graph.num_candidates;
   std::vector<float> out(static_cast<std::size_t>(4 + graph.num_classes) * n_total);
+  const auto elements = [&](const View& v) {
+    return lesson12::view_elements(graph, buffers, input, v, "FakeQuantGraph");
+  };
   for (std::size_t i = static_cast<std::size_t>(first_op); i < graph.ops.size(); ++i) {
     const FusedOp& op = graph.ops[i];
     const bool int8 = int8_[i];
     switch (op.kind) {
       case OpKind::conv: {
-        const Access x = access(graph, buffers, input, op.input);
-        const Access y = access(graph, buffers, input, op.output);
-        const Access res = op.has_residual ? access(graph, buffers, input, op.residual) : Access{};
+        const ViewElements x = elements(op.input);
+        const ViewElements y = elements(op.output);
+        const ViewElements res = op.has_residual ? elements(op.residual) : ViewElements{};
         if (!int8) {
           conv_fp32(op, x, y, op.has_residual ? &res : nullptr);
           break;
@@ -272,17 +244,7 @@ std::vector<float> FakeQuantGraph::run_from(int first_op, const std::vector<floa
         a.x_stride = op.in_channels;
         a.res_stride = op.out_channels;
         a.y_stride = op.out_channels;
-        a.batch = 1;
-        a.in_h = op.input.h;
-        a.in_w = op.input.w;
-        a.in_c = op.in_channels;
-        a.out_h = op.output.h;
-        a.out_w = op.output.w;
-        a.out_c = op.out_channels;
-        a.kernel = op.kernel;
-        a.stride = op.stride;
-        a.pad = op.pad;
-        a.act = static_cast<int>(op.act);
+        lesson12::set_conv_geometry(op, 1, a);
         a.x_scale = s.x;
         a.w_scale = s.w_scale.data();
         a.res_scale = s.res;
@@ -301,8 +263,8 @@ std::vector<float> FakeQuantGraph::run_from(int first_op, const std::vector<floa
       case OpKind::max_pool:
       case OpKind::upsample:
       case OpKind::copy: {
-        const Access x = access(graph, buffers, input, op.input);
-        const Access y = access(graph, buffers, input, op.output);
+        const ViewElements x = elements(op.input);
+        const ViewElements y = elements(op.output);
         const float xs = int8 ? scales_[i].x : 0.0f;
         // The input as the op reads it: quantised and dequantised in INT8, as is in FP32.
         const auto read = [&](int iy, int ix, int c) {
@@ -339,8 +301,8 @@ std::vector<float> FakeQuantGraph::run_from(int first_op, const std::vector<floa
         int n = 0;
         std::vector<double> logits(static_cast<std::size_t>(4 * op.reg_max));
         for (std::size_t level = 0; level < op.box.size(); ++level) {
-          const Access box = access(graph, buffers, input, op.box[level]);
-          const Access cls = access(graph, buffers, input, op.cls[level]);
+          const ViewElements box = elements(op.box[level]);
+          const ViewElements cls = elements(op.cls[level]);
           for (int gy = 0; gy < op.box[level].h; ++gy) {
             for (int gx = 0; gx < op.box[level].w; ++gx, ++n) {
               if (n >= n_total) throw std::invalid_argument("detect: more candidates than N");

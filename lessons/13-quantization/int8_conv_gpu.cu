@@ -17,7 +17,8 @@
 #include "common/cuda_check.hpp"
 #include "int8_conv_gpu.hpp"
 #include "int8_mma.hpp"
-#include "quantize.hpp"  // the __host__ __device__ FP8 conversions
+#include "ptx_wrappers.cuh"  // lesson 12: cp.async, ldmatrix
+#include "quantize.hpp"      // the __host__ __device__ FP8 conversions
 
 // The certified epilogue's error bound (below) takes expf's documented accuracy (2 ulp); fast-math
 // builds replace it with __expf, whose error grows with |x|.
@@ -112,32 +113,14 @@ __device__ __forceinline__ void store2(__half* p, double v0, double v1) {
 }
 
 // ---------------------------------------------------------------- PTX wrappers
-__device__ __forceinline__ unsigned smem_u32(const void* p) {
-  return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}
-__device__ __forceinline__ void cp_async_commit() {
-  asm volatile("cp.async.commit_group;\n" ::);
-}
-template <int kPending>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
-}
-// 16 bytes global -> shared; src_bytes 0 writes 16 zero bytes and reads nothing. Activations
-// through L1 (.ca: a 3x3 window reads each input pixel for up to nine output pixels of a block),
-// weights around it (.cg: every block reads them; they live in L2).
-__device__ __forceinline__ void cp_async_ca16(unsigned smem, const void* gmem, int src_bytes) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem), "l"(gmem),
-               "r"(src_bytes));
-}
-__device__ __forceinline__ void cp_async_cg16(unsigned smem, const void* gmem, int src_bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem), "l"(gmem),
-               "r"(src_bytes));
-}
-__device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], unsigned smem) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem));
-}
+// cp.async and ldmatrix: lesson 12's (ptx_wrappers.cuh). The INT8 mma is this file's own.
+using lesson12::cp_async_ca16;
+using lesson12::cp_async_cg16;
+using lesson12::cp_async_commit;
+using lesson12::cp_async_wait;
+using lesson12::ldmatrix_x4;
+using lesson12::smem_u32;
+
 // D = A * B + D, m16n8k32, s8 inputs, s32 accumulators (exact: no saturation in the sum for
 // the K this course allows). Fragments (PTX ISA, "Matrix Fragments for mma.m16n8k32", .s8):
 // with g = lane / 4, t = lane % 4, a0 = row g, k 4t..4t+3 (one byte each, lowest first);
