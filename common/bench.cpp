@@ -108,11 +108,10 @@ int run_main(int argc, char** argv) {
     std::printf(
         "%s\n%s\ndevice copy ceiling: cudaMemcpy %.0f GB/s, copy kernel %.0f GB/s (GPU time, "
         "1 GiB, bytes read + written); %%copy uses %.0f GB/s, %.0f%% of the theoretical %.0f GB/s\n"
-        "harness floor: an empty kernel reads %.2f us of GPU time (median of %d, held as every "
-        "row is); each GPU time below includes it once\n",
+        "%s\n",
         summary(info).c_str(), describe(clocks).c_str(), c.memcpy_gbps, c.copy_kernel_gbps,
         c.d2d_copy_gbps, 100.0 * c.d2d_copy_gbps / c.dram_theoretical_gbps, c.dram_theoretical_gbps,
-        floor_us, floor_reps);
+        format_harness_floor(floor_us / 1e3, floor_reps).c_str());
     benchmark::AddCustomContext("device", info.name);
     benchmark::AddCustomContext("compute_capability", info.compute_capability());
     benchmark::AddCustomContext("dram_theoretical_gbps", std::to_string(c.dram_theoretical_gbps));

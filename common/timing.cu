@@ -180,6 +180,19 @@ double gpu_time_floor_ms(cudaStream_t stream, int reps) {
   return t.gpu_ms;
 }
 
+std::string format_harness_floor(double floor_ms, int reps) {
+  char buf[200];
+  std::snprintf(buf, sizeof buf,
+                "harness floor: an empty kernel reads %.2f us of GPU time (median of %d, held as "
+                "every row is); each GPU time below includes it once",
+                floor_ms * 1e3, reps);
+  return buf;
+}
+
+std::string harness_floor_caption(cudaStream_t stream, int reps) {
+  return format_harness_floor(gpu_time_floor_ms(stream, reps), reps);
+}
+
 double median(std::vector<double> v) {
   if (v.empty()) throw std::invalid_argument("median: empty sample");
   std::sort(v.begin(), v.end());

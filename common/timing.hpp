@@ -167,6 +167,17 @@ Timing measure(cudaStream_t stream, int reps, F&& enqueue, L2 l2 = L2::warm,
 // fails, and what gpu_time_ms throws.
 double gpu_time_floor_ms(cudaStream_t stream, int reps = 21);
 
+// The caption line for a floor of `floor_ms` measured over `reps` samples by gpu_time_floor_ms:
+// "harness floor: an empty kernel reads 2.84 us of GPU time (median of 21, held as every row
+// is); each GPU time below includes it once" (the words common/bench.cpp prints), without
+// indentation or newline. Never throws except std::bad_alloc.
+std::string format_harness_floor(double floor_ms, int reps);
+
+// gpu_time_floor_ms(stream, reps), measured now and formatted by format_harness_floor: the line
+// a lesson prints once, right before its first table of GPU times. Blocks until the samples
+// finish. Throws what gpu_time_floor_ms throws.
+std::string harness_floor_caption(cudaStream_t stream, int reps = 21);
+
 // The clocks and modes a run ran under, read through NVML (libnvidia-ml.so.1, loaded with
 // dlopen as common/driver_api loads libcuda, so binaries start on machines without a driver).
 // Read only: the course never sets clocks, power or persistence.

@@ -144,6 +144,7 @@ void section_transfers(const Options& o, cudaStream_t stream) {
   for (std::size_t s : {64 * KiB, 1 * MiB, 16 * MiB, max_bytes}) {
     if (s <= max_bytes && (sizes.empty() || s > sizes.back())) sizes.push_back(s);
   }
+  std::printf("   %s\n", course::harness_floor_caption(stream).c_str());
   std::printf("   %-15s %-4s %9s", "host memory", "dir", "alloc ms");
   for (std::size_t s : sizes) std::printf(" %9s", size_label(s).c_str());
   std::printf("\n");

@@ -403,6 +403,7 @@ void section_warps(const Options& opt, Checks& checks) {
       "\nDivergence: %zu threads, each doing %d xorshift steps on one of `ways` paths\n"
       "  (median of %d runs; same work per thread in both columns)\n",
       dn, iterations, opt.reps);
+  std::printf("  %s\n", course::harness_floor_caption(stream).c_str());
   std::printf("  %5s  %24s  %20s\n", "ways", "path = lane % ways (ms)", "path = warp % ways (ms)");
   double base = 0.0;
   bool values_ok = true;

@@ -81,6 +81,7 @@ void sum_every_version(const Options& o, cudaStream_t stream) {
     return hu < 1.0 ? hu / (1.0 - hu) * abs_sum : -1.0;
   };
   std::printf("   double-precision CPU sum %.6f; sum|x| %.1f\n\n", exact, abs_sum);
+  std::printf("   %s\n", course::harness_floor_caption(stream).c_str());
   std::printf("   %-38s %9s %8s %6s %16s %14s\n", "version", "ms", "GB/s", "%cub", "sum",
               "err/(u |sum|)");
 

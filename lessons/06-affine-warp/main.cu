@@ -24,6 +24,7 @@
 #include "affine_warp.cuh"
 #include "common/headline.hpp"
 #include "common/cuda_check.hpp"
+#include "common/cupti_trace.hpp"
 #include "common/device.hpp"
 #include "common/lesson_main.hpp"
 #include "common/memory.hpp"
@@ -64,6 +65,33 @@ template <class F>
 Times median_times_us(cudaStream_t stream, int runs, F&& enqueue) {
   const course::Timing t = course::measure(stream, runs, enqueue, course::L2::flushed, true);
   return {1e3 * t.gpu_ms, 1e3 * t.latency_ms};
+}
+
+// The kernel's own duration as the GPU ran it, from CUPTI's activity records (common/
+// cupti_trace.hpp): `runs` launches of enqueue(), each after an L2 flush as median_times_us does,
+// and the median of end - start over the kernels whose (mangled) name contains `kernel`, in
+// microseconds. Unlike the held GPU time it leaves out the event records and the launch
+// dispatch, so the two differ by about the harness floor (about: the front end overlaps part of
+// it with the kernel, common/timing.hpp). Throws CuptiUnavailable if CUPTI refuses (another tool
+// attached, a build without CUPTI) or recorded none of the launches.
+template <class F>
+double cupti_kernel_us(cudaStream_t stream, int runs, const char* kernel, F&& enqueue) {
+  course::cupti::ActivityTrace trace;
+  for (int i = 0; i < runs; ++i) {
+    course::flush_l2(stream);
+    enqueue();
+  }
+  std::vector<double> us;
+  for (const course::cupti::GpuActivity& a : trace.stop()) {
+    if (a.kind == course::cupti::GpuActivity::Kind::kernel &&
+        a.name.find(kernel) != std::string::npos) {
+      us.push_back(1e-3 * static_cast<double>(a.end_ns - a.start_ns));
+    }
+  }
+  if (us.empty()) {
+    throw course::cupti::CuptiUnavailable(std::string("CUPTI recorded no launch of ") + kernel);
+  }
+  return course::median(us);
 }
 
 template <class F>
@@ -296,11 +324,15 @@ int run(const Options& opt) {
       median_cpu_us(11, [&] { opencv.run(src, opt.width, opt.height, norm, cpu.data()); });
   const Row& v2_row = rows[2];
   const Row& upload_row = rows.back();
+  constexpr int floor_reps = 21;
+  const double floor_ms = course::gpu_time_floor_ms(stream, floor_reps);
   std::printf(
       "6. Time for one %dx%d frame, medians of %d, L2 flushed before every sample. GPU time:\n"
       "   the kernels' own (launch latency excluded); latency: host call to completion.\n"
-      "   GB/s counts the %.2f MB the taps read (%d of the %d source rows) and what is written.\n",
-      src.cols, src.rows, runs, src_read / 1e6, fp.rows, src.rows);
+      "   GB/s counts the %.2f MB the taps read (%d of the %d source rows) and what is written.\n"
+      "   %s\n",
+      src.cols, src.rows, runs, src_read / 1e6, fp.rows, src.rows,
+      course::format_harness_floor(floor_ms, floor_reps).c_str());
   std::printf("   %-34s %10s %12s %9s\n", "version", "GPU (us)", "latency (us)", "GB/s");
   for (const Row& r : rows) {
     if (r.bytes > 0) {
@@ -311,6 +343,20 @@ int run(const Options& opt) {
     }
   }
   std::printf("   %-34s %10s %12.1f %9s\n", "OpenCV pipeline on the CPU", "-", cpu_us, "-");
+  // The device-resident v2 row is a few microseconds, so the floor is a large part of it: CUPTI
+  // times the same launch from the GPU's side, without the events around it.
+  constexpr int cupti_runs = 21;
+  try {
+    const double kernel_us =
+        cupti_kernel_us(stream, cupti_runs, "letterbox_v2_fused_kernel", run_v2);
+    std::printf(
+        "   cross-check (CUPTI activity), v2 fused: the kernel itself ran %.1f us (median of %d, "
+        "L2 flushed before each); the held GPU time above is %.1f us, of which the harness floor "
+        "is %.1f us\n",
+        kernel_us, cupti_runs, v2_row.t.gpu_us, 1e3 * floor_ms);
+  } catch (const course::cupti::CuptiUnavailable& e) {
+    std::printf("   cross-check (CUPTI activity): skipped: %s\n", e.what());
+  }
   std::printf(
       "   Like with like: the CPU pipeline starts from a frame in host memory, so its match is\n"
       "   the upload + v2 row: %.1f us end to end, %.1fx faster than the CPU's %.1f us (%d\n"

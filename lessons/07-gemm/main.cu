@@ -138,6 +138,7 @@ int run(const Options& opt) {
   }
 
   const CublasHandle cublas;
+  std::printf("%s\n", course::harness_floor_caption(stream).c_str());
   std::printf("  %-34s %9s %9s %9s %8s   %s\n", "kernel", "ms", "TFLOP/s", "%cuBLAS", "%peak",
               "check");
   // cuBLAS first: its time is the baseline and its result the full-size oracle.

@@ -177,6 +177,7 @@ int run(const Options& o) {
 
   std::printf(
       "\n1. The full postprocess: decode -> top-K -> sort -> NMS -> one copy to pinned memory\n");
+  std::printf("   %s\n", course::harness_floor_caption(stream).c_str());
   for (const Layout layout : {Layout::yolov5, Layout::yolov8}) {
     const OutputSpec spec = spec_for(layout);
     const std::vector<float> tensor = make_detector_output(spec, lb, objects, gen);

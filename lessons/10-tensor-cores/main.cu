@@ -233,6 +233,7 @@ int run(const Options& opt) {
       "   Median GPU time of %d runs; every element checked against cuBLAS within the sum "
       "of both error bounds.\n",
       opt.M, opt.N, opt.M, opt.K, opt.K, opt.N, gemm_flops(opt.M, opt.N, opt.K) / 1e9, opt.reps);
+  std::printf("   %s\n", course::harness_floor_caption(stream).c_str());
   double cublas16 = 0.0;
   const std::vector<double> t16 =
       version_table<__half>(blas, opt, vs, peak.tflops, stream, &cublas16);

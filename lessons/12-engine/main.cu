@@ -312,6 +312,7 @@ int run(const Options& o) {
     dnn.profile = {1, o.max_batch, o.max_batch};
     cudnn32 = Engine::deserialize(build_plan(net, dnn));
   }
+  std::printf("   %s\n", course::harness_floor_caption(stream.get()).c_str());
   std::printf("   %-40s %6s %10s %10s %12s %10s\n", "engine", "batch", "GPU us", "e2e us",
               "b2b us/call", "us/image");
   constexpr int kAux = ExecutionContext::kDefaultAuxStreams;

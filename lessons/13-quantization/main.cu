@@ -498,10 +498,8 @@ void speed_table(const lesson12::WeightsFile& w, const Options& o) {
   CUDA_CHECK(cudaFree(nullptr));
   course::Stream stream;
   lesson12::KernelLibrary lib(lesson12::built_kernel_image());
-  std::printf(
-      "   GPU time per launch, median of %d, L2 warm; the timing floor (an empty kernel) "
-      "is %.2f us\n",
-      o.reps, course::gpu_time_floor_ms(stream.get()) * 1e3);
+  std::printf("   GPU time per launch, median of %d, L2 warm\n   %s\n", o.reps,
+              course::harness_floor_caption(stream.get()).c_str());
   const lesson12::EngineGraph g =
       lesson12::optimize(lesson12::yolov8n(w, lesson12::kInputSize, lesson12::kInputSize));
   for (int kernel : {1, 3}) {
