@@ -1,18 +1,21 @@
 // Lesson 09: the detector pipeline, frames in and boxes out, measured and checked end to end.
 //
-//   lesson09 [--frames N] [--workers N] [--gflop G] [--trace PATH] [--svg PATH] [--bench]
+//   lesson09 [--frames N] [--workers N] [--gflop G] [--slo-ms MS] [--trace PATH] [--svg PATH]
+//            [--bench]
 //
 // 1. first-frame latency without and with warm-up (before anything else has warmed the process)
 // 2. what each stage sustains alone: pinned H2D bandwidth, the producer's drawing, GPU busy time
 // 3. the configurations, from the serial tutorial loop to N workers + graphs + batching: frames/s,
 //    latency p50/p90/p99/max, host CPU per frame, the bound and the % reached, every frame checked
-// 4. open loop: latency against offered load, up to and past capacity (drop-oldest)
+// 4. open loop: latency against offered load, up to and past capacity (drop-oldest), and the
+//    capacity at a p99 latency objective (--slo-ms)
 // 5. the N workers + graphs configuration's timeline: Chrome trace JSON (Perfetto) and an SVG
 //    (lesson 04's)
 // 6. a resolution change mid-stream: graphs captured again (cudaGraphExecUpdate), what it costs
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -33,6 +36,7 @@ struct Options {
   double gflop = kDefaultGflopPerFrame;
   std::string trace;  // default: beside the executable
   std::string svg;
+  double slo_ms = 2.0;
   bool bench = false;
 };
 
@@ -58,7 +62,7 @@ struct Row {
 };
 
 void print_header() {
-  std::printf("  %-34s %8s %8s %8s %8s %8s %9s %-7s %8s %6s %5s\n", "configuration", "frames/s",
+  std::printf("  %-38s %8s %8s %8s %8s %8s %9s %-7s %8s %6s %5s\n", "configuration", "frames/s",
               "p50 ms", "p90 ms", "p99 ms", "max ms", "CPU us/f", "bound", "bound/s", "%bound",
               "wrong");
 }
@@ -67,7 +71,7 @@ void print_row(const Row& r) {
   const LatencySummary l = r.report.latency();
   const double cpu_us =
       r.report.results.empty() ? 0.0 : 1e6 * r.report.cpu_s / r.report.results.size();
-  std::printf("  %-34s %8.0f %8.2f %8.2f %8.2f %8.2f %9.0f %-7s %8.0f %5.1f%% %5d\n",
+  std::printf("  %-38s %8.0f %8.2f %8.2f %8.2f %8.2f %9.0f %-7s %8.0f %5.1f%% %5d\n",
               r.name.c_str(), r.report.fps(), l.p50 / 1e3, l.p90 / 1e3, l.p99 / 1e3, l.max / 1e3,
               cpu_us, r.bound.stage.c_str(), r.bound.fps, percent_of_bound(r.report.fps(), r.bound),
               r.wrong);
@@ -133,28 +137,48 @@ int run(Options o) {
   // 2. Each stage alone.
   const double gbps = measure_pinned_h2d_gbps(frame_bytes);
   const double host_us = measure_host_us_per_frame(base);
-  auto gpu_us = [&](int batch, bool graphs) {
+  auto gpu_us = [&](int batch, bool graphs, int streams) {
     PipelineConfig c = base;
     c.graphs = graphs;
     c.batch = batch;
     c.queue_depth = std::max(c.queue_depth, batch);
-    return measure_gpu_us_per_frame(c, color_engine_spec(c, o.gflop), batch);
+    return measure_gpu_us_per_frame(c, color_engine_spec(c, o.gflop), batch, 20, streams);
   };
-  const double gpu_b1 = gpu_us(1, false), gpu_b1g = gpu_us(1, true);
+  const double gpu_b1 = gpu_us(1, false, 1), gpu_b1g = gpu_us(1, true, 1);
   std::printf(
       "2. What each stage sustains alone (one frame = %.2f MB):\n"
-      "   upload (pinned H2D, %.1f GB/s measured)   %8.1f us/frame  %7.0f frames/s\n"
-      "   host (producer draws a frame)            %8.1f us/frame  %7.0f frames/s\n"
-      "   GPU busy, batch 1, stream launches       %8.1f us/frame  %7.0f frames/s\n"
-      "   GPU busy, batch 1, CUDA graph            %8.1f us/frame  %7.0f frames/s\n",
+      "   upload (pinned H2D, %.1f GB/s measured)      %8.1f us/frame  %7.0f frames/s\n"
+      "   host (producer updates a frame in its slot) %8.1f us/frame  %7.0f frames/s\n"
+      "   GPU busy, batch 1, 1 stream, launches       %8.1f us/frame  %7.0f frames/s\n"
+      "   GPU busy, batch 1, 1 stream, CUDA graph     %8.1f us/frame  %7.0f frames/s\n",
       frame_bytes / 1e6, gbps, frame_bytes / (gbps * 1e3), fps_from_bandwidth(gbps, frame_bytes),
       host_us, fps_from_us(host_us), gpu_b1, fps_from_us(gpu_b1), gpu_b1g, fps_from_us(gpu_b1g));
+  // N workers run N compute streams: their kernels overlap where one stream leaves SMs idle, so
+  // the GPU's bound for N workers is measured with N streams.
+  std::vector<int> stream_counts = {2};
+  if (o.workers != 2 && o.workers != 1) stream_counts.push_back(o.workers);
+  std::vector<double> gpu_n, gpu_ng;
+  for (int n : stream_counts) {
+    gpu_n.push_back(gpu_us(1, false, n));
+    gpu_ng.push_back(gpu_us(1, true, n));
+    std::printf(
+        "   GPU busy, batch 1, %d streams, launches      %8.1f us/frame  %7.0f frames/s\n"
+        "   GPU busy, batch 1, %d streams, CUDA graph    %8.1f us/frame  %7.0f frames/s\n",
+        n, gpu_n.back(), fps_from_us(gpu_n.back()), n, gpu_ng.back(), fps_from_us(gpu_ng.back()));
+  }
+  auto gpu_for = [&](int workers, bool graphs) {  // the GPU time per frame of `workers` streams
+    if (workers <= 1) return graphs ? gpu_b1g : gpu_b1;
+    for (std::size_t i = 0; i < stream_counts.size(); ++i) {
+      if (stream_counts[i] == workers) return graphs ? gpu_ng[i] : gpu_n[i];
+    }
+    return graphs ? gpu_b1g : gpu_b1;
+  };
   std::vector<int> batches = {4, 16, 32};
   std::vector<double> gpu_batched;
   for (int b : batches) {
-    gpu_batched.push_back(gpu_us(b, true));
-    std::printf("   GPU busy, batch %2d, CUDA graph           %8.1f us/frame  %7.0f frames/s\n", b,
-                gpu_batched.back(), fps_from_us(gpu_batched.back()));
+    gpu_batched.push_back(gpu_us(b, true, o.workers));
+    std::printf("   GPU busy, batch %2d, %d streams, CUDA graph   %8.1f us/frame  %7.0f frames/s\n",
+                b, o.workers, gpu_batched.back(), fps_from_us(gpu_batched.back()));
   }
   std::printf(
       "   The stages run on different engines (copy engine, SMs, CPU) and overlap: a\n"
@@ -210,9 +234,21 @@ int run(Options o) {
     if (w == 2 && o.workers == 2) continue;
     PipelineConfig c = base;
     c.workers = w;
-    add(std::to_string(w) + " workers", c, overlapped(gpu_b1));
+    add(std::to_string(w) + " workers", c, overlapped(gpu_for(w, false)));
     c.graphs = true;
-    unbatched = add(std::to_string(w) + " workers + graphs", c, overlapped(gpu_b1g));
+    unbatched = add(std::to_string(w) + " workers + graphs", c, overlapped(gpu_for(w, true)));
+  }
+  {  // how the worker waits: sleeping in its event waits, or not waiting for the copies at all
+    PipelineConfig c = base;
+    c.workers = o.workers;
+    c.graphs = true;
+    c.blocking_sync = true;
+    add(std::to_string(o.workers) + " workers + graphs, blocking sync", c,
+        overlapped(gpu_for(o.workers, true)));
+    c.blocking_sync = false;
+    c.release_by_callback = true;
+    add(std::to_string(o.workers) + " workers + graphs, host-func release", c,
+        overlapped(gpu_for(o.workers, true)));
   }
   for (std::size_t i = 0; i < batches.size(); ++i) {
     PipelineConfig c = base;
@@ -238,8 +274,9 @@ int run(Options o) {
       rows[best].bound.fps);
 
   // 4. Open loop against the capacity of the same configuration (N workers + graphs), measured
-  // in step 3.
-  double p50_80 = 0, p99_80 = 0;
+  // in step 3, and the capacity at a latency objective: the highest offered rate whose p99
+  // stays within it with nothing dropped.
+  double p50_80 = 0, p99_80 = 0, slo_capacity = 0;
   {
     PipelineConfig c = base;
     c.workers = o.workers;
@@ -247,28 +284,42 @@ int run(Options o) {
     const double capacity = rows[unbatched].report.fps();
     std::printf(
         "4. Open loop (%d workers + graphs): frames arrive at a set rate; latency against "
-        "offered load\n   (%% of its closed-loop rate in step 3, %.0f frames/s). Latency counts "
-        "from when each frame was due:\n   past capacity, drop-oldest drops (and counts) frames "
-        "when the workers fall behind;\n   when the producer is the bound, frames are drawn late "
-        "instead.\n",
-        o.workers, capacity);
-    std::printf("  %8s %10s %8s %8s %8s %8s %8s\n", "load", "offered/s", "served/s", "p50 ms",
-                "p99 ms", "p99/p50", "dropped");
-
-    for (double load : {0.2, 0.5, 0.8, 0.95, 1.2}) {
+        "offered load\n   (%% of its closed-loop rate in step 3, %.0f frames/s). A frame "
+        "counts from when it would have\n   been complete had its drawing started when it was "
+        "due (late = draw start - due; wait: for a\n   free slot, part of it): past capacity "
+        "drop-oldest drops (and counts) frames. SLO: p99 <= %.2f ms,\n   nothing dropped.\n",
+        o.workers, capacity, o.slo_ms);
+    std::printf("  %8s %10s %8s %8s %8s %8s %8s %9s %9s %8s %4s\n", "load", "offered/s", "served/s",
+                "p50 ms", "p99 ms", "p99/p50", "draw us", "wait p99", "late p99", "dropped", "SLO");
+    for (double load : {0.2, 0.5, 0.8, 0.9, 0.95, 1.0, 1.2}) {
       c.rate_fps = load * capacity;
-      c.frames = std::max<std::int64_t>(200, static_cast<std::int64_t>(c.rate_fps * 0.5));
+      c.frames = std::max<std::int64_t>(400, static_cast<std::int64_t>(c.rate_fps * 0.5));
       c.backpressure = load > 1.0 ? Backpressure::drop_oldest : Backpressure::block;
       const RunReport r = run_pipeline(c, color_engine_spec(c, o.gflop));
       const LatencySummary l = r.latency();
       total_wrong += wrong_frames(r, c);
-      std::printf("  %7.0f%% %10.0f %8.0f %8.2f %8.2f %8.2f %8zu%s\n", load * 100, c.rate_fps,
-                  r.fps(), l.p50 / 1e3, l.p99 / 1e3, l.p50 > 0 ? l.p99 / l.p50 : 0.0,
-                  r.dropped.size(), load > 1.0 ? "  (drop-oldest)" : "");
+      const bool met = l.p99 <= 1e3 * o.slo_ms && r.dropped.empty() && !r.results.empty();
+      if (met) slo_capacity = std::max(slo_capacity, c.rate_fps);
+      std::printf("  %7.0f%% %10.0f %8.0f %8.2f %8.2f %8.2f %8.1f %9.2f %9.2f %8zu %4s%s\n",
+                  load * 100, c.rate_fps, r.fps(), l.p50 / 1e3, l.p99 / 1e3,
+                  l.p50 > 0 ? l.p99 / l.p50 : 0.0, percentile(r.draw_us, 50),
+                  percentile(r.acquire_us, 99) / 1e3, percentile(r.late_us, 99) / 1e3,
+                  r.dropped.size(), met ? "met" : "no", load > 1.0 ? "  (drop-oldest)" : "");
       if (load == 0.8) {
         p50_80 = l.p50;
         p99_80 = l.p99;
       }
+    }
+    if (slo_capacity > 0) {
+      std::printf(
+          "   Capacity at p99 <= %.2f ms: %.0f frames/s (the highest offered rate above that met "
+          "it).\n",
+          o.slo_ms, slo_capacity);
+    } else {
+      std::printf(
+          "   Capacity at p99 <= %.2f ms: none of the offered rates above met it (try "
+          "--slo-ms).\n",
+          o.slo_ms);
     }
     std::printf("   At 80%% load p99 / p50 = %.2f (target <= 2).\n\n",
                 p50_80 > 0 ? p99_80 / p50_80 : 0.0);
@@ -325,10 +376,15 @@ int run(Options o) {
         r.graph_reinstantiations, b.p50 / 1e3, a.p50 / 1e3, 2 * c.workers, fa.max / 1e3, wrong);
   }
 
+  const std::string served =
+      slo_capacity > 0
+          ? "serve " + std::to_string(static_cast<long long>(std::lround(slo_capacity))) +
+                " frames/s"
+          : "meet no offered rate";
   std::printf(
-      "Headline: best %s %.0f frames/s, %.1f%% of its bound (%s); p99/p50 %.2f at 80%% "
-      "load\n",
-      rows[best].name.c_str(), rows[best].report.fps(),
+      "Headline: %d workers + graphs %s at p99 <= %.2f ms (open loop); best "
+      "closed loop\n%s %.0f frames/s, %.1f%% of its bound (%s); p99/p50 %.2f at 80%% load\n",
+      o.workers, served.c_str(), o.slo_ms, rows[best].name.c_str(), rows[best].report.fps(),
       percent_of_bound(rows[best].report.fps(), rows[best].bound), rows[best].bound.stage.c_str(),
       p50_80 > 0 ? p99_80 / p50_80 : 0.0);
   if (total_wrong > 0) {
@@ -366,6 +422,10 @@ int main(int argc, char** argv) {
       ->type_name("PATH");
   app.add_option("--svg", o.svg, "timeline picture (default: lesson09_timeline.svg beside it)")
       ->type_name("PATH");
+  app.add_option("--slo-ms", o.slo_ms,
+                 "the latency objective of the open loop: p99 at most this, ms (default 2)")
+      ->type_name("MS")
+      ->check(course::real_in(0.01, 10000.0));
   app.add_flag("--bench", o.bench, "longer runs: 3000 frames per configuration");
   return course::lesson_main(app, argc, argv, [&] {
     const std::string exe = course::self_executable();

@@ -114,7 +114,7 @@ class ColorEngine : public Engine {
   const float* input_ = nullptr;
   float* output_ = nullptr;
   course::DeviceBuffer<int> boxes_;  // [B][C][4] min x, min y, max x, max y (pixel indices)
-  course::DeviceBuffer<float> weights_, act0_, act1_;  // the stand-in's operands
+  course::DeviceBuffer<float> weights_, act0_, act1_, act2_;  // the stand-in's operands
   course::DeviceBuffer<std::uint8_t> cublas_workspace_;
   void* cublas_ = nullptr;  // cublasHandle_t
 };
@@ -167,16 +167,21 @@ struct FrameResult {
   int worker = -1;
   int batch = 0;                                // frames in the engine call that served it
   std::vector<lesson08::Detection> detections;  // source pixels, NMS order
-  double latency_us = 0;                        // capture (producer) -> result on the host
+  double latency_us = 0;                        // frame complete (captured) -> result on the host
 };
 
 struct RunReport {
   std::vector<FrameResult> results;   // completion order, each tagged with its frame id
   std::vector<std::int64_t> dropped;  // frames the drop-oldest policy dropped
   std::int64_t produced = 0;          // frames the producer published
-  double wall_s = 0;                  // first capture to last result
-  double cpu_s = 0;                   // process CPU time (all threads) over the same span
-  std::vector<TraceEvent> trace;      // when config.trace
+  // The producer, per frame in frame order: how long drawing it took (us), how long it waited
+  // for a free slot before (us: a full ring under the block policy), and in open loop how late
+  // the drawing started after the frame was due (us, that wait included; empty in closed loop).
+  // Latency counts from a frame's completion, so the drawing is not in it (the lateness is).
+  std::vector<double> draw_us, acquire_us, late_us;
+  double wall_s = 0;              // the start barrier (warm-up done) to the last result
+  double cpu_s = 0;               // process CPU time (all threads) over the same span
+  std::vector<TraceEvent> trace;  // when config.trace
   // With config.graphs: graphs captured the first time (warm-up or first use), and graphs
   // captured again for new frame sizes (config.resize_at), installed in place by
   // cudaGraphExecUpdate or re-instantiated because the update was refused.
@@ -242,11 +247,17 @@ const char* to_string(StreamGate::State state);
 // events, on the current device.
 double measure_pinned_h2d_gbps(std::size_t bytes, int reps = 10);
 // The GPU busy time per frame of the device-side sequence (letterbox, engine, postprocess) for a
-// batch of `batch` frames of the first frame size, back to back on one stream (graphs per
-// config.graphs), microseconds.
+// batch of `batch` frames of the first frame size, back to back (graphs per config.graphs),
+// microseconds. On `streams` streams at once, each with its own engine and buffers as N workers
+// have: kernels of different streams overlap where one stream leaves SMs idle, so the GPU
+// sustains more frames/s with several streams than one stream's time says, and the bound of an
+// N-worker configuration is measured with N streams. Throws std::invalid_argument (validate,
+// reps < 1, streams outside [1, 64]), course::CudaError.
 double measure_gpu_us_per_frame(const PipelineConfig& config, const EngineSpec& engine, int batch,
-                                int reps = 20);
-// The producer's CPU time per frame (SyntheticVideo::render into pinned memory), microseconds.
+                                int reps = 20, int streams = 1);
+// The producer's time per frame, microseconds: 10 x reps SyntheticVideo::update calls back to
+// back over a ring of config.queue_depth pinned slots, each holding the frame queue_depth
+// before (as in the pipeline), divided. Throws std::invalid_argument unless reps >= 1.
 double measure_host_us_per_frame(const PipelineConfig& config, int reps = 20);
 
 }  // namespace lesson09

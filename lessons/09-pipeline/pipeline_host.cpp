@@ -84,32 +84,62 @@ std::vector<TruthBox> SyntheticVideo::truth(std::int64_t frame) const {
 
 std::vector<TruthBox> SyntheticVideo::render(std::int64_t frame, std::uint8_t* dst,
                                              std::size_t pitch) const {
+  return update(frame, -1, dst, pitch);
+}
+
+std::vector<TruthBox> SyntheticVideo::update(std::int64_t frame, std::int64_t previous,
+                                             std::uint8_t* dst, std::size_t pitch) const {
   if (dst == nullptr || pitch < static_cast<std::size_t>(width_) * 3) {
-    throw std::invalid_argument("SyntheticVideo::render: expected a destination with pitch >= " +
-                                std::to_string(width_ * 3) + " bytes");
+    throw std::invalid_argument(
+        std::string("SyntheticVideo::") + (previous == -1 ? "render" : "update") +
+        ": expected a destination with pitch >= " + std::to_string(width_ * 3) + " bytes");
+  }
+  if (previous < -1) {
+    throw std::invalid_argument(
+        "SyntheticVideo::update: previous must be a frame >= 0, or -1 for a buffer that holds "
+        "no frame of this video; got " +
+        std::to_string(previous));
   }
   std::vector<TruthBox> boxes = truth(frame);
   const std::size_t row_bytes = static_cast<std::size_t>(width_) * 3;
-  if (pitch == row_bytes) {
-    std::memcpy(dst, background_.data(), background_.size());
-  } else {
-    for (int y = 0; y < height_; ++y) {
-      std::memcpy(dst + y * pitch, background_.data() + y * row_bytes, row_bytes);
+  if (previous < 0) {
+    if (pitch == row_bytes) {
+      std::memcpy(dst, background_.data(), background_.size());
+    } else {
+      for (int y = 0; y < height_; ++y) {
+        std::memcpy(dst + y * pitch, background_.data() + y * row_bytes, row_bytes);
+      }
     }
-  }
-  for (const TruthBox& t : boxes) {
-    const Bgr colour = class_colour(t.class_id);
-    const int x1 = static_cast<int>(t.box.x1), x2 = static_cast<int>(t.box.x2);
-    for (int y = static_cast<int>(t.box.y1); y < static_cast<int>(t.box.y2); ++y) {
-      std::uint8_t* p = dst + y * pitch + 3 * static_cast<std::size_t>(x1);
-      for (int x = x1; x < x2; ++x, p += 3) {
-        p[0] = colour.b;
-        p[1] = colour.g;
-        p[2] = colour.r;
+  } else {
+    // Only the rectangles the previous frame painted differ from the background.
+    for (const TruthBox& t : truth(previous)) {
+      const std::size_t x1 = static_cast<std::size_t>(t.box.x1);
+      const std::size_t bytes = 3 * (static_cast<std::size_t>(t.box.x2) - x1);
+      for (int y = static_cast<int>(t.box.y1); y < static_cast<int>(t.box.y2); ++y) {
+        std::memcpy(dst + y * pitch + 3 * x1, background_.data() + y * row_bytes + 3 * x1, bytes);
       }
     }
   }
+  draw_boxes(boxes, dst, pitch);
   return boxes;
+}
+
+void SyntheticVideo::draw_boxes(const std::vector<TruthBox>& boxes, std::uint8_t* dst,
+                                std::size_t pitch) const {
+  std::vector<std::uint8_t> row;  // one row of a box, copied into each of its rows
+  for (const TruthBox& t : boxes) {
+    const Bgr colour = class_colour(t.class_id);
+    const int x1 = static_cast<int>(t.box.x1), x2 = static_cast<int>(t.box.x2);
+    row.resize(3 * static_cast<std::size_t>(x2 - x1));
+    for (std::size_t i = 0; i < row.size(); i += 3) {
+      row[i + 0] = colour.b;
+      row[i + 1] = colour.g;
+      row[i + 2] = colour.r;
+    }
+    for (int y = static_cast<int>(t.box.y1); y < static_cast<int>(t.box.y2); ++y) {
+      std::memcpy(dst + y * pitch + 3 * static_cast<std::size_t>(x1), row.data(), row.size());
+    }
+  }
 }
 
 // ------------------------------------------------------------------ back-pressure and slots

@@ -76,11 +76,22 @@ class SyntheticVideo {
   // The true boxes of frame k (k >= 0), in class order.
   std::vector<TruthBox> truth(std::int64_t frame) const;
   // Draws frame k into dst: height rows of 3 * width bytes, BGR, row y at dst + y * pitch
-  // (pitch >= 3 * width). Returns truth(frame). The background is one memcpy per row from a
-  // precomputed image, so the producer is cheap (about one frame-sized copy).
+  // (pitch >= 3 * width). Returns truth(frame). The whole frame: the background is one memcpy
+  // per row from a precomputed image (about one frame-sized copy, 6.2 MB at 1080p), then the
+  // boxes. Throws std::invalid_argument for a null dst or a pitch below 3 * width.
   std::vector<TruthBox> render(std::int64_t frame, std::uint8_t* dst, std::size_t pitch) const;
+  // The same frame, drawn into a buffer that already holds frame `previous` of this video (as
+  // render or update left it, same pitch): the background goes back under previous's boxes and
+  // frame k's boxes are drawn, so only the pixels that change are written (about 7% of a
+  // 1080p frame with 4 classes), as a camera's frame buffer or a decoder's reference frame is
+  // updated rather than rebuilt. previous = -1: the buffer holds anything, and the whole frame
+  // is drawn (render). The result equals render(frame, ...) byte for byte. Returns
+  // truth(frame). Throws as render does, and std::invalid_argument for previous < -1.
+  std::vector<TruthBox> update(std::int64_t frame, std::int64_t previous, std::uint8_t* dst,
+                               std::size_t pitch) const;
 
  private:
+  void draw_boxes(const std::vector<TruthBox>& boxes, std::uint8_t* dst, std::size_t pitch) const;
   int width_, height_, num_classes_;
   std::vector<std::uint8_t> background_;  // height x width x 3
 };
@@ -232,7 +243,20 @@ struct PipelineConfig {
   bool graphs = false;  // replay letterbox + engine + postprocess as a CUDA graph
   bool warmup = true;   // one batch of every size through each worker before serving
   bool trace = false;   // time every stage with events (for the timeline and JSON)
+  // A worker's waits (the copies' event before a slot release, a batch's `done`) sleep instead
+  // of spinning: its events are made with cudaEventBlockingSync (the per-event form of
+  // cudaDeviceScheduleBlockingSync). Less CPU per frame, a later wake-up.
+  bool blocking_sync = false;
+  // Slots go back to the producer from a host function on the copy stream (cudaLaunchHostFunc,
+  // run by the driver's thread once the copies are done) instead of the worker waiting for the
+  // copies' event (exercise 3's release_after_copy), so the worker never blocks on the copy.
+  bool release_by_callback = false;
   lesson08::PostprocessConfig post{};
+  // Called once, on run_pipeline's thread, when every worker has warmed up, before serving and
+  // its clock (RunReport::wall_s) start; may block, and an exception from it ends the run (it
+  // propagates from run_pipeline after every thread is joined). Lesson 11 lines up replicas on
+  // several GPUs here, so that they serve together and no replica's setup is timed. Empty: none.
+  std::function<void()> before_serving;
   // Test only: release a slot as soon as its copy is ENQUEUED, not when its event completes.
   // The race the event wait prevents; a test proves that the checks catch it.
   bool test_skip_slot_wait = false;

@@ -27,6 +27,7 @@
 #include <string>
 #include <system_error>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "common/cuda_check.hpp"
@@ -88,6 +89,16 @@ RunCheck check_run(const RunReport& report, const PipelineConfig& c) {
     if (seen.count(k) == 0) ++out.missing;
   }
   return out;
+}
+
+// Every frame served once, none missing, every frame's boxes right (the checks of check_run).
+void check_every_frame_right(const RunReport& report, const PipelineConfig& c) {
+  const RunCheck r = check_run(report, c);
+  INFO(r.first_problem);
+  CHECK(report.results.size() == static_cast<std::size_t>(c.frames));
+  CHECK(r.wrong == 0);
+  CHECK(r.missing == 0);
+  CHECK(r.repeated == 0);
 }
 
 // Frames per configuration of the big GPU test: 1000, or LESSON09_TEST_FRAMES (a smaller count
@@ -576,6 +587,52 @@ TEST_CASE("the synthetic video draws exactly its truth", "[video]") {
   CHECK_THROWS_AS(class_colour(kMaxClasses), std::invalid_argument);
 }
 
+// The producer updates a slot in place (only the boxes of the frame it held and of the new one),
+// and the workers must see exactly the frame a full render draws: compared byte for byte, with
+// previous frames near and far (a ring of 8 slots holds frame k - 8), a class that comes back
+// after an absent frame, a padded pitch, and a buffer that went through several updates.
+TEST_CASE("SyntheticVideo::update draws exactly what render draws", "[video]") {
+  for (const auto& [w, h, pitch_pad] : {std::tuple{1920, 1080, 0}, std::tuple{1283, 721, 13}}) {
+    const SyntheticVideo video(w, h, 4);
+    const std::size_t pitch = static_cast<std::size_t>(w) * 3 + pitch_pad;
+    std::vector<std::uint8_t> expected(pitch * h, 0), got(pitch * h, 0xAB);
+    CAPTURE(w, h, pitch);
+    std::int64_t held = -1;  // what `got` holds
+    int updates = 0;
+    for (std::int64_t k : {0, 1, 2, 10, 3, 11, 19, 100, 101, 5, 6, 7, 999}) {
+      CAPTURE(k, held);
+      video.render(k, expected.data(), pitch);
+      const auto truth = video.update(k, held, got.data(), pitch);
+      held = k;
+      ++updates;
+      CHECK(truth.size() == video.truth(k).size());
+      bool same = true;
+      for (int y = 0; y < h && same; ++y) {  // the row padding is not part of the frame
+        same = std::memcmp(expected.data() + y * pitch, got.data() + y * pitch,
+                           static_cast<std::size_t>(w) * 3) == 0;
+      }
+      CHECK(same);
+    }
+    CHECK(updates == 13);
+  }
+  const SyntheticVideo video(1920, 1080, 4);
+  std::vector<std::uint8_t> frame(video.frame_bytes());
+  CHECK_THROWS_AS_WITH(video.update(3, -2, frame.data(), 1920 * 3), std::invalid_argument,
+                       Contains("previous must be a frame >= 0, or -1"));
+  CHECK_THROWS_AS_WITH(video.update(3, 2, frame.data(), 100), std::invalid_argument,
+                       Contains("update: expected a destination with pitch >= 5760"));
+  CHECK_THROWS_AS(video.update(3, 2, nullptr, 1920 * 3), std::invalid_argument);
+}
+
+TEST_CASE("measure_gpu_us_per_frame refuses a stream count outside [1, 64] before any CUDA call",
+          "[bounds]") {
+  PipelineConfig c = small_config();
+  for (const int streams : {0, -1, 65}) {
+    CHECK_THROWS_AS_WITH(measure_gpu_us_per_frame(c, color_engine_spec(c, 0.0), 1, 1, streams),
+                         std::invalid_argument, Contains("streams must be in [1, 64]"));
+  }
+}
+
 TEST_CASE("check_frame: right class, IoU >= 0.9, exactly once, nothing extra", "[check]") {
   const std::vector<TruthBox> truth = {{0, {100, 100, 200, 200}}, {2, {300, 100, 400, 180}}};
   auto det = [](int cls, Box b) { return lesson08::Detection{b, 0.9f, cls, 0}; };
@@ -625,6 +682,54 @@ TEST_CASE("ColorEngine finds every object of a letterboxed frame", "[gpu]") {
   ColorEngineOptions o;
   o.input = {1, 3, 640, 640};
   CHECK(ColorEngine(o).gemms_per_frame() == 4);
+  // With its SGEMM chain on random operands (3 GEMMs, batches of up to 4, graphs): the boxes do
+  // not depend on it, and the sanitizers see the chain's buffers used within bounds.
+  PipelineConfig g;
+  g.workers = 2;
+  g.frames = 24;
+  g.batch = 4;
+  g.max_wait_us = 2000;
+  g.graphs = true;
+  const RunCheck with_gemms = check_run(run_pipeline(g, color_engine_spec(g, 6.4)), g);
+  INFO(with_gemms.first_problem);
+  CHECK(with_gemms.wrong == 0);
+  CHECK(with_gemms.missing == 0);
+}
+
+TEST_CASE("blocking-sync waits and slots released by a host function: every frame once and right",
+          "[gpu]") {
+  const bool blocking = GENERATE(false, true);
+  const bool callback = GENERATE(false, true);
+  const bool graphs = GENERATE(false, true);
+  PipelineConfig c;
+  c.workers = 2;
+  c.frames = 120;
+  c.queue_depth = 4;  // a small ring: the producer waits for released slots all the time
+  c.blocking_sync = blocking;
+  c.release_by_callback = callback;
+  c.graphs = graphs;
+  INFO("blocking_sync " << blocking << ", release_by_callback " << callback << ", graphs "
+                        << graphs);
+  check_every_frame_right(run_pipeline(c, color_engine_spec(c, 2.2)), c);
+}
+
+TEST_CASE("before_serving runs once after warm-up, and an exception from it ends the run",
+          "[gpu]") {
+  PipelineConfig c = small_config();
+  c.workers = 2;
+  int calls = 0;
+  c.before_serving = [&] { ++calls; };
+  const RunReport report = run_pipeline(c, color_engine_spec(c, 0.0));
+  CHECK(calls == 1);
+  CHECK(report.results.size() == static_cast<std::size_t>(c.frames));
+  CHECK(report.draw_us.size() == static_cast<std::size_t>(c.frames));  // one per frame drawn
+  CHECK(report.acquire_us.size() == static_cast<std::size_t>(c.frames));
+  CHECK(report.late_us.empty());  // closed loop
+  // A start line that never opens (lesson 11: another replica failed): the run stops with its
+  // exception, after joining its workers, and serves nothing.
+  c.before_serving = [] { throw std::runtime_error("the start line was abandoned"); };
+  CHECK_THROWS_AS_WITH(run_pipeline(c, color_engine_spec(c, 0.0)), std::runtime_error,
+                       Contains("the start line was abandoned"));
 }
 
 // ------------------------------------------------------------------------- GPU: the pipeline
@@ -676,12 +781,7 @@ TEST_CASE("a resolution change mid-stream: every frame right, graphs captured ag
   }
   INFO("to " << c.resize_width << "x" << c.resize_height << ", graphs " << graphs);
   const RunReport report = run_pipeline(c, color_engine_spec(c, 0.0));
-  const RunCheck r = check_run(report, c);
-  INFO(r.first_problem);
-  CHECK(report.results.size() == static_cast<std::size_t>(c.frames));
-  CHECK(r.wrong == 0);
-  CHECK(r.missing == 0);
-  CHECK(r.repeated == 0);
+  check_every_frame_right(report, c);
   if (graphs) {
     // Each worker that served a frame of the new size replayed a graph captured for it.
     INFO("updated in place " << report.graph_updates << ", re-instantiated "
@@ -911,13 +1011,7 @@ TEST_CASE("with a copy stream every frame once and right: graphs off and on", "[
   c.graphs = graphs;
   c.frames = std::min<std::int64_t>(grid_frames(), 200);
   INFO("graphs " << graphs);
-  const RunReport report = run_pipeline(c, color_engine_spec(c, 0.0));
-  const RunCheck r = check_run(report, c);
-  INFO(r.first_problem);
-  CHECK(report.results.size() == static_cast<std::size_t>(c.frames));
-  CHECK(r.wrong == 0);
-  CHECK(r.missing == 0);
-  CHECK(r.repeated == 0);
+  check_every_frame_right(run_pipeline(c, color_engine_spec(c, 0.0)), c);
 }
 
 TEST_CASE("skipping the slot-reuse wait is caught by the checks", "[gpu][host-race]") {

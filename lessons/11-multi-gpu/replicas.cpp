@@ -1,9 +1,12 @@
 // Lesson 11: replicas of lesson 09's pipeline, one per GPU (see replicas.hpp).
 #include "replicas.hpp"
 
-#include <chrono>
+#include <algorithm>
+#include <condition_variable>
 #include <exception>
 #include <map>
+#include <mutex>
+#include <stdexcept>
 #include <thread>
 
 #include "multi_gpu.cuh"
@@ -17,6 +20,37 @@ std::int64_t ReplicaRun::frames() const {
   return n;
 }
 
+namespace {
+// The replicas' common start: each pipeline calls arrive() when its workers have warmed up
+// (PipelineConfig::before_serving), and all start serving when the last has arrived. A replica
+// that fails before it arrives calls abandon(): the others' arrive() then throws, so nobody
+// waits for a replica that will never come.
+class StartLine {
+ public:
+  explicit StartLine(int replicas) : expected_(replicas) {}
+  void arrive() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    ++arrived_;
+    cv_.notify_all();
+    cv_.wait(lock, [&] { return arrived_ >= expected_ || abandoned_; });
+    if (arrived_ < expected_) {
+      throw std::runtime_error("run_replicas: another replica failed before serving started");
+    }
+  }
+  void abandon() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    abandoned_ = true;
+    cv_.notify_all();
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  int expected_, arrived_ = 0;
+  bool abandoned_ = false;
+};
+}  // namespace
+
 ReplicaRun run_replicas(const std::vector<int>& devices, const lesson09::PipelineConfig& per_gpu,
                         double gflop_per_frame) {
   check_device_list("run_replicas", devices, device_count());
@@ -25,8 +59,8 @@ ReplicaRun run_replicas(const std::vector<int>& devices, const lesson09::Pipelin
   run.devices = devices;
   run.reports.resize(devices.size());
   std::vector<std::exception_ptr> failures(devices.size());
+  StartLine start_line(static_cast<int>(devices.size()));
   std::vector<std::thread> threads;
-  const auto t0 = std::chrono::steady_clock::now();
   for (std::size_t r = 0; r < devices.size(); ++r) {
     threads.emplace_back([&, r] {
       try {
@@ -35,14 +69,19 @@ ReplicaRun run_replicas(const std::vector<int>& devices, const lesson09::Pipelin
         lesson09::bind_worker_device(devices[r]);
         lesson09::PipelineConfig c = per_gpu;
         c.devices = {devices[r]};
+        c.before_serving = [&start_line] { start_line.arrive(); };
         run.reports[r] = lesson09::run_pipeline(c, lesson09::color_engine_spec(c, gflop_per_frame));
       } catch (...) {
         failures[r] = std::current_exception();
+        start_line.abandon();
       }
     });
   }
   for (auto& t : threads) t.join();
-  run.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  // Setup and warm-up are not served time: every replica's clock starts at the common start
+  // line (each report's wall_s runs from there to its last result), so the run's wall time is
+  // the longest of them.
+  for (const auto& report : run.reports) run.wall_s = std::max(run.wall_s, report.wall_s);
   for (const auto& f : failures) {
     if (f) std::rethrow_exception(f);
   }

@@ -16,17 +16,21 @@ namespace lesson11 {
 struct ReplicaRun {
   std::vector<int> devices;                  // replica r ran on devices[r]
   std::vector<lesson09::RunReport> reports;  // one per replica, in the same order
-  double wall_s = 0;                         // all replicas started together; the last to finish
-  std::int64_t frames() const;               // results over all replicas
+  // All replicas start serving together, at a common start line after every replica's setup
+  // and warm-up; wall_s runs from there to the last replica's last result.
+  double wall_s = 0;
+  std::int64_t frames() const;  // results over all replicas
   double fps() const { return wall_s > 0 ? static_cast<double>(frames()) / wall_s : 0.0; }
 };
 
 // Runs lesson09::run_pipeline once per device, concurrently, each on a host thread of its own
 // that binds its device first (lesson09::bind_worker_device) and whose config is `per_gpu` with
 // devices = {that device} (so its workers bind it too). Engine: lesson 09's ColorEngine with
-// `gflop_per_frame`. Throws std::invalid_argument for a bad device list (check_device_list) or
-// config (lesson09::validate) before any thread starts; rethrows the first replica's failure
-// (lesson09::PipelineError) after joining every thread.
+// `gflop_per_frame`. The replicas set up and warm up at the same time (lesson 09 serialises that
+// per device only) and wait for each other at a start line (PipelineConfig::before_serving;
+// per_gpu's own before_serving is replaced). Throws std::invalid_argument for a bad device list
+// (check_device_list) or config (lesson09::validate) before any thread starts; rethrows the first
+// replica's failure (lesson09::PipelineError) after joining every thread.
 ReplicaRun run_replicas(const std::vector<int>& devices, const lesson09::PipelineConfig& per_gpu,
                         double gflop_per_frame);
 
