@@ -793,8 +793,9 @@ TEST_CASE("a resolution change mid-stream: every frame right, graphs captured ag
 }
 
 // The race the event wait prevents, set up so that it shows: one stream (the copy queues behind
-// the previous batch's ~2 ms engine), two batches in flight, two slots. The producer redraws a
-// slot in ~1 ms; without the wait it overwrites frame k before the copy engine reads it.
+// the previous batch's ~2 ms engine), two batches in flight, two slots. The producer updates a
+// slot in a fraction of a millisecond; without the wait it overwrites frame k before the copy
+// engine reads it.
 namespace {
 PipelineConfig race_config() {
   PipelineConfig c;
