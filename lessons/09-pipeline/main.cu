@@ -137,8 +137,9 @@ int run(Options o) {
   // 2. Each stage alone.
   const double gbps = measure_pinned_h2d_gbps(frame_bytes);
   const double host_us = measure_host_us_per_frame(base);
-  auto gpu_us = [&](int batch, bool graphs, int streams) {
+  auto gpu_us = [&](int batch, bool graphs, int streams, FrameFormat format = FrameFormat::bgr) {
     PipelineConfig c = base;
+    c.format = format;
     c.graphs = graphs;
     c.batch = batch;
     c.queue_depth = std::max(c.queue_depth, batch);
@@ -180,9 +181,31 @@ int run(Options o) {
     std::printf("   GPU busy, batch %2d, %d streams, CUDA graph   %8.1f us/frame  %7.0f frames/s\n",
                 b, o.workers, gpu_batched.back(), fps_from_us(gpu_batched.back()));
   }
+  // NV12 frames, as a hardware decoder writes them: half the bytes to upload, the colour
+  // conversion in lesson 06's NV12 letterbox.
+  PipelineConfig nv12 = base;
+  nv12.format = FrameFormat::nv12;
+  const std::size_t nv12_bytes = max_frame_bytes(nv12);
+  const double nv12_gbps = measure_pinned_h2d_gbps(nv12_bytes);
+  const double nv12_host_us = measure_host_us_per_frame(nv12);
+  const double nv12_gpu = gpu_us(1, true, o.workers, FrameFormat::nv12);
+  const double nv12_gpu4 = gpu_us(4, true, o.workers, FrameFormat::nv12);
+  std::printf(
+      "   NV12 frames (%.2f MB):\n"
+      "   upload (pinned H2D, %.1f GB/s measured)      %8.1f us/frame  %7.0f frames/s\n"
+      "   host (producer updates a frame in its slot) %8.1f us/frame  %7.0f frames/s\n"
+      "   GPU busy, batch 1, %d streams, CUDA graph    %8.1f us/frame  %7.0f frames/s\n"
+      "   GPU busy, batch 4, %d streams, CUDA graph    %8.1f us/frame  %7.0f frames/s\n",
+      nv12_bytes / 1e6, nv12_gbps, nv12_bytes / (nv12_gbps * 1e3),
+      fps_from_bandwidth(nv12_gbps, nv12_bytes), nv12_host_us, fps_from_us(nv12_host_us), o.workers,
+      nv12_gpu, fps_from_us(nv12_gpu), o.workers, nv12_gpu4, fps_from_us(nv12_gpu4));
   std::printf(
       "   The stages run on different engines (copy engine, SMs, CPU) and overlap: a\n"
       "   pipelined configuration is bound by the slowest; a serial one by their sum.\n\n");
+  auto nv12_bound = [&](double gpu) {
+    return bound_of(
+        {fps_from_bandwidth(nv12_gbps, nv12_bytes), fps_from_us(gpu), fps_from_us(nv12_host_us)});
+  };
 
   auto overlapped = [&](double gpu) {
     return bound_of(
@@ -249,6 +272,16 @@ int run(Options o) {
     c.release_by_callback = true;
     add(std::to_string(o.workers) + " workers + graphs, host-func release", c,
         overlapped(gpu_for(o.workers, true)));
+  }
+  {  // the decoder's format
+    PipelineConfig c = nv12;
+    c.workers = o.workers;
+    c.graphs = true;
+    add(std::to_string(o.workers) + " workers + graphs, NV12", c, nv12_bound(nv12_gpu));
+    c.batch = 4;
+    c.max_wait_us = 2000;
+    c.queue_depth = 16;
+    add(std::to_string(o.workers) + " workers + graphs, NV12, B<=4", c, nv12_bound(nv12_gpu4));
   }
   for (std::size_t i = 0; i < batches.size(); ++i) {
     PipelineConfig c = base;

@@ -440,7 +440,7 @@ std::mutex& legacy_work_mutex(int device) {
 
 // Which letterbox geometry a frame size is: 0 the run's first size, 1 the size after resize_at.
 int geometry_of(const PipelineConfig& c, const FrameSize& size) {
-  return size == FrameSize{c.frame_width, c.frame_height} ? 0 : 1;
+  return size == FrameSize{c.frame_width, c.frame_height, c.format} ? 0 : 1;
 }
 
 // The device side of one batch: what one worker's buffer set holds.
@@ -460,18 +460,33 @@ struct BufferSet {
   bool busy = false;
 };
 
+// A packed NV12 frame at `frame` (device memory): its Y plane, then its U V plane.
+lesson06::Nv12View nv12_view_of(const std::uint8_t* frame, const FrameSize& size) {
+  const std::size_t w = static_cast<std::size_t>(size.width);
+  return {frame, frame + w * size.height, size.width, size.height, w, w};
+}
+
 // The per-frame device sequence of a batch of sizes.size() frames already in set.frames.
 void enqueue_device_work(BufferSet& set, Engine& engine, const PipelineConfig& c,
                          const std::vector<FrameSize>& sizes, std::size_t out_elems,
                          cudaStream_t stream, bool mark) {
   const int b = static_cast<int>(sizes.size());
-  std::vector<lesson06::ImageView> views;
-  for (int i = 0; i < b; ++i) {
-    views.push_back({set.frames.data() + i * set.frame_stride, sizes[i].width, sizes[i].height, 3,
-                     static_cast<std::size_t>(sizes[i].width) * 3});
+  if (c.format == FrameFormat::nv12) {  // lesson 06's NV12 letterbox: colours converted on the GPU
+    std::vector<lesson06::Nv12View> views;
+    for (int i = 0; i < b; ++i) {
+      views.push_back(nv12_view_of(set.frames.data() + i * set.frame_stride, sizes[i]));
+    }
+    lesson06::letterbox_nv12_v6_batched(views, set.input.data(), c.input_width, c.input_height,
+                                        lesson06::YuvMatrix::bt601, {}, stream);
+  } else {
+    std::vector<lesson06::ImageView> views;
+    for (int i = 0; i < b; ++i) {
+      views.push_back({set.frames.data() + i * set.frame_stride, sizes[i].width, sizes[i].height, 3,
+                       static_cast<std::size_t>(sizes[i].width) * 3});
+    }
+    lesson06::letterbox_v4_batched(views, set.input.data(), c.input_width, c.input_height, {},
+                                   stream);
   }
-  lesson06::letterbox_v4_batched(views, set.input.data(), c.input_width, c.input_height, {},
-                                 stream);
   if (mark) set.letterboxed->record(stream);
   engine.set_batch(b);
   engine.set_input(set.input.data());
@@ -615,8 +630,8 @@ class Worker {
   // Image i's postprocessors for geometry g, images [0, c_.batch), made once.
   void make_postprocessors(BufferSet& set, int g) {
     if (!set.post[g].empty()) return;
-    const FrameSize size = g == 0 ? FrameSize{c_.frame_width, c_.frame_height}
-                                  : FrameSize{c_.resize_width, c_.resize_height};
+    const FrameSize size = g == 0 ? FrameSize{c_.frame_width, c_.frame_height, c_.format}
+                                  : FrameSize{c_.resize_width, c_.resize_height, c_.format};
     const Letterbox lb =
         course::make_letterbox(size.width, size.height, c_.input_width, c_.input_height);
     for (int i = 0; i < c_.batch; ++i) {
@@ -915,7 +930,7 @@ RunReport run_pipeline(const PipelineConfig& config, const EngineSpec& engine) {
   std::vector<std::pair<const SyntheticVideo*, std::int64_t>> held(slots.size());
   for (std::size_t i = 0; i < slots.size(); ++i) {
     const SyntheticVideo& first = camera.video(0);
-    first.render(0, slots[i].data(), static_cast<std::size_t>(first.width()) * 3);
+    first.render(0, slots[i].data(), first.row_bytes());
     held[i] = {&first, 0};
   }
 
@@ -973,7 +988,7 @@ RunReport run_pipeline(const PipelineConfig& config, const EngineSpec& engine) {
             const SyntheticVideo& video = camera.video(k);
             auto& [held_video, held_frame] = held[static_cast<std::size_t>(*slot)];
             video.update(k, held_video == &video ? held_frame : -1, slots[*slot].data(),
-                         static_cast<std::size_t>(video.width()) * 3);
+                         video.row_bytes());
             held_video = &video;
             held_frame = k;
           }
@@ -1103,7 +1118,7 @@ RunReport run_serial_tutorial(const PipelineConfig& config, const EngineSpec& sp
   validate_engine_shape(c, spec.shape);
   check_device_ordinals(c);
   bind_worker_device(c.devices.front());
-  const SyntheticVideo video(c.frame_width, c.frame_height, c.num_classes);
+  const SyntheticVideo video(c.frame_width, c.frame_height, c.num_classes, c.format);
   std::vector<std::uint8_t> frame(video.frame_bytes());  // pageable, as in most tutorials
   course::Stream stream;
   std::unique_ptr<Engine> engine = spec.make(0);
@@ -1116,6 +1131,8 @@ RunReport run_serial_tutorial(const PipelineConfig& config, const EngineSpec& sp
   lesson08::GpuPostprocessor post(out, lb, c.post);
   const lesson06::ImageView view{d_frame.data(), c.frame_width, c.frame_height, 3,
                                  static_cast<std::size_t>(c.frame_width) * 3};
+  const lesson06::Nv12View nv12_view =
+      nv12_view_of(d_frame.data(), FrameSize{c.frame_width, c.frame_height, c.format});
   RunReport report;
   const Clock::time_point start = Clock::now();
   const double cpu0 = process_cpu_s();
@@ -1123,7 +1140,7 @@ RunReport run_serial_tutorial(const PipelineConfig& config, const EngineSpec& sp
     NvtxRange range("serial frame");
     const Clock::time_point draw_start = Clock::now();
     // The buffer holds frame k - 1: updated in place, as the pipeline's producer does.
-    video.update(k, k - 1, frame.data(), static_cast<std::size_t>(c.frame_width) * 3);
+    video.update(k, k - 1, frame.data(), video.row_bytes());
     const Clock::time_point captured = Clock::now();  // complete: the camera's timestamp
     report.draw_us.push_back(us_between(draw_start, captured));
     // Pageable: the driver stages the copy through its own pinned buffer. On the copy's stream,
@@ -1134,7 +1151,12 @@ RunReport run_serial_tutorial(const PipelineConfig& config, const EngineSpec& sp
     // they had arrived on the H200 (wrong boxes, the tutorial bug this lesson exists to show).
     CUDA_CHECK(cudaMemcpyAsync(d_frame.data(), frame.data(), frame.size(), cudaMemcpyHostToDevice,
                                stream));
-    lesson06::letterbox_v3_vec4(view, input.data(), c.input_width, c.input_height, {}, stream);
+    if (c.format == FrameFormat::nv12) {
+      lesson06::letterbox_nv12_v5(nv12_view, input.data(), c.input_width, c.input_height,
+                                  lesson06::YuvMatrix::bt601, {}, stream);
+    } else {
+      lesson06::letterbox_v3_vec4(view, input.data(), c.input_width, c.input_height, {}, stream);
+    }
     engine->set_batch(1);
     engine->set_input(input.data());
     engine->set_output(output.data());
@@ -1196,7 +1218,7 @@ double measure_gpu_us_per_frame(const PipelineConfig& config, const EngineSpec& 
   bind_worker_device(c.devices.front());
   const Letterbox lb =
       course::make_letterbox(c.frame_width, c.frame_height, c.input_width, c.input_height);
-  const SyntheticVideo video(c.frame_width, c.frame_height, c.num_classes);
+  const SyntheticVideo video(c.frame_width, c.frame_height, c.num_classes, c.format);
   // One lane per stream, as one worker's compute side: its stream, engine and buffers.
   struct Lane {
     course::Stream stream;
@@ -1207,7 +1229,7 @@ double measure_gpu_us_per_frame(const PipelineConfig& config, const EngineSpec& 
   std::vector<std::unique_ptr<Lane>> lanes;
   std::vector<std::uint8_t> host(video.frame_bytes());
   const std::vector<FrameSize> sizes(static_cast<std::size_t>(batch),
-                                     FrameSize{c.frame_width, c.frame_height});
+                                     FrameSize{c.frame_width, c.frame_height, c.format});
   for (int l = 0; l < streams; ++l) {
     auto lane = std::make_unique<Lane>();
     lane->engine = spec.make(l);
@@ -1223,7 +1245,7 @@ double measure_gpu_us_per_frame(const PipelineConfig& config, const EngineSpec& 
     }
     set.graphs.resize(static_cast<std::size_t>(batch) + 1);
     for (int i = 0; i < batch; ++i) {  // real frames, so that the engine and NMS do real work
-      video.render(i, host.data(), static_cast<std::size_t>(c.frame_width) * 3);
+      video.render(i, host.data(), video.row_bytes());
       CUDA_CHECK(cudaMemcpy(set.frames.data() + i * host.size(), host.data(), host.size(),
                             cudaMemcpyHostToDevice));
     }
@@ -1272,7 +1294,8 @@ double measure_gpu_us_per_frame(const PipelineConfig& config, const EngineSpec& 
 
 double measure_host_us_per_frame(const PipelineConfig& config, int reps) {
   if (reps < 1) throw std::invalid_argument("measure_host_us_per_frame: reps must be >= 1");
-  const SyntheticVideo video(config.frame_width, config.frame_height, config.num_classes);
+  const SyntheticVideo video(config.frame_width, config.frame_height, config.num_classes,
+                             config.format);
   // A ring of queue_depth pinned slots, filled in turn as the producer fills them: each update
   // finds the frame queue_depth before it (the first round draws whole frames and is not
   // counted). Sustained, as a bound must be: the time of reps x 10 updates back to back,
@@ -1280,7 +1303,7 @@ double measure_host_us_per_frame(const PipelineConfig& config, int reps) {
   const int depth = std::max(1, config.queue_depth);
   std::vector<course::PinnedBuffer<std::uint8_t>> slots;
   for (int i = 0; i < depth; ++i) slots.emplace_back(video.frame_bytes());
-  const std::size_t pitch = static_cast<std::size_t>(video.width()) * 3;
+  const std::size_t pitch = video.row_bytes();
   for (int r = 0; r < depth; ++r) video.update(r, -1, slots[r].data(), pitch);
   const int n = 10 * reps;
   const Clock::time_point t0 = Clock::now();

@@ -31,8 +31,25 @@ Bgr class_colour(int class_id) {
   return palette[class_id];
 }
 
-SyntheticVideo::SyntheticVideo(int width, int height, int num_classes)
-    : width_(width), height_(height), num_classes_(num_classes) {
+const char* to_string(FrameFormat format) {
+  return format == FrameFormat::bgr ? "BGR" : "NV12";
+}
+
+namespace {
+// BT.601 limited range, RGB -> Y, U, V rounded to nearest (the inverse of lesson 06's NV12
+// conversion: Y = 16 + 219 luma, U and V = 128 + 224 x the colour differences' ranges).
+void bgr_to_yuv(double b, double g, double r, std::uint8_t out[3]) {
+  const double y = 16.0 + (65.481 * r + 128.553 * g + 24.966 * b) / 255.0;
+  const double u = 128.0 + (-37.797 * r - 74.203 * g + 112.0 * b) / 255.0;
+  const double v = 128.0 + (112.0 * r - 93.786 * g - 18.214 * b) / 255.0;
+  for (const auto& [i, x] : {std::pair{0, y}, std::pair{1, u}, std::pair{2, v}}) {
+    out[i] = static_cast<std::uint8_t>(std::clamp(std::lround(x), 0L, 255L));
+  }
+}
+}  // namespace
+
+SyntheticVideo::SyntheticVideo(int width, int height, int num_classes, FrameFormat format)
+    : width_(width), height_(height), num_classes_(num_classes), format_(format) {
   if (num_classes < 1 || num_classes > kMaxClasses) {
     throw std::invalid_argument("SyntheticVideo: num_classes must be in [1, " +
                                 std::to_string(kMaxClasses) + "], got " +
@@ -46,14 +63,48 @@ SyntheticVideo::SyntheticVideo(int width, int height, int num_classes)
         std::to_string(course::kMaxImageDimension) + "], got " + std::to_string(width) + "x" +
         std::to_string(height));
   }
-  background_.resize(frame_bytes());
+  if (format == FrameFormat::nv12 && (width % 2 != 0 || height % 2 != 0)) {
+    throw std::invalid_argument("SyntheticVideo: NV12 frames need an even width and height, got " +
+                                std::to_string(width) + "x" + std::to_string(height));
+  }
+  std::vector<std::uint8_t> bgr(static_cast<std::size_t>(width) * height * 3);
   for (int y = 0; y < height; ++y) {
-    std::uint8_t* row = background_.data() + static_cast<std::size_t>(y) * width * 3;
+    std::uint8_t* row = bgr.data() + static_cast<std::size_t>(y) * width * 3;
     for (int x = 0; x < width; ++x) {
       row[3 * x + 0] = static_cast<std::uint8_t>(16 + (x * 7 + y * 3) % 48);
       row[3 * x + 1] = static_cast<std::uint8_t>(16 + (x * 5 + y * 11) % 48);
       row[3 * x + 2] = static_cast<std::uint8_t>(16 + (x * 3 + y * 7) % 48);
     }
+  }
+  if (format == FrameFormat::bgr) {
+    background_ = std::move(bgr);
+    return;
+  }
+  // NV12: each pixel's Y; each 2x2 block's U and V from the block's mean colour.
+  background_.resize(frame_bytes());
+  const std::size_t w = static_cast<std::size_t>(width);
+  std::uint8_t* uv_plane = background_.data() + w * height;
+  for (int y = 0; y < height; y += 2) {
+    for (int x = 0; x < width; x += 2) {
+      double mean[3] = {0, 0, 0};
+      for (int dy = 0; dy < 2; ++dy) {
+        for (int dx = 0; dx < 2; ++dx) {
+          const std::uint8_t* p = bgr.data() + ((y + dy) * w + x + dx) * 3;
+          std::uint8_t yuv[3];
+          bgr_to_yuv(p[0], p[1], p[2], yuv);
+          background_[(y + dy) * w + x + dx] = yuv[0];
+          for (int c = 0; c < 3; ++c) mean[c] += 0.25 * p[c];
+        }
+      }
+      std::uint8_t yuv[3];
+      bgr_to_yuv(mean[0], mean[1], mean[2], yuv);
+      uv_plane[(y / 2) * w + x] = yuv[1];
+      uv_plane[(y / 2) * w + x + 1] = yuv[2];
+    }
+  }
+  for (int c = 0; c < num_classes; ++c) {
+    const Bgr k = class_colour(c);
+    bgr_to_yuv(k.b, k.g, k.r, yuv_[c]);
   }
 }
 
@@ -89,10 +140,10 @@ std::vector<TruthBox> SyntheticVideo::render(std::int64_t frame, std::uint8_t* d
 
 std::vector<TruthBox> SyntheticVideo::update(std::int64_t frame, std::int64_t previous,
                                              std::uint8_t* dst, std::size_t pitch) const {
-  if (dst == nullptr || pitch < static_cast<std::size_t>(width_) * 3) {
+  if (dst == nullptr || pitch < row_bytes()) {
     throw std::invalid_argument(
         std::string("SyntheticVideo::") + (previous == -1 ? "render" : "update") +
-        ": expected a destination with pitch >= " + std::to_string(width_ * 3) + " bytes");
+        ": expected a destination with pitch >= " + std::to_string(row_bytes()) + " bytes");
   }
   if (previous < -1) {
     throw std::invalid_argument(
@@ -101,43 +152,86 @@ std::vector<TruthBox> SyntheticVideo::update(std::int64_t frame, std::int64_t pr
         std::to_string(previous));
   }
   std::vector<TruthBox> boxes = truth(frame);
-  const std::size_t row_bytes = static_cast<std::size_t>(width_) * 3;
+  const std::size_t rows =
+      format_ == FrameFormat::bgr ? height_ : static_cast<std::size_t>(height_) * 3 / 2;
   if (previous < 0) {
-    if (pitch == row_bytes) {
+    if (pitch == row_bytes()) {
       std::memcpy(dst, background_.data(), background_.size());
     } else {
-      for (int y = 0; y < height_; ++y) {
-        std::memcpy(dst + y * pitch, background_.data() + y * row_bytes, row_bytes);
+      for (std::size_t y = 0; y < rows; ++y) {
+        std::memcpy(dst + y * pitch, background_.data() + y * row_bytes(), row_bytes());
       }
     }
   } else {
     // Only the rectangles the previous frame painted differ from the background.
-    for (const TruthBox& t : truth(previous)) {
-      const std::size_t x1 = static_cast<std::size_t>(t.box.x1);
-      const std::size_t bytes = 3 * (static_cast<std::size_t>(t.box.x2) - x1);
-      for (int y = static_cast<int>(t.box.y1); y < static_cast<int>(t.box.y2); ++y) {
-        std::memcpy(dst + y * pitch + 3 * x1, background_.data() + y * row_bytes + 3 * x1, bytes);
-      }
-    }
+    restore_boxes(truth(previous), dst, pitch);
   }
   draw_boxes(boxes, dst, pitch);
   return boxes;
 }
 
+namespace {
+// The pixel rectangles a box covers in each plane: {first byte, bytes, first row, end row}.
+// bgr: one; nv12: its Y rectangle, then the chroma rows of every 2x2 block it touches (offset by
+// the Y plane's height, in rows of the same pitch).
+struct PlaneRect {
+  std::size_t byte0, bytes;
+  int row0, row1;
+  int plane;  // 0: Y (or BGR), 1: U V
+};
+std::vector<PlaneRect> plane_rects(const Box& b, FrameFormat format) {
+  const int x1 = static_cast<int>(b.x1), x2 = static_cast<int>(b.x2);
+  const int y1 = static_cast<int>(b.y1), y2 = static_cast<int>(b.y2);
+  if (format == FrameFormat::bgr) {
+    return {{3 * static_cast<std::size_t>(x1), 3 * static_cast<std::size_t>(x2 - x1), y1, y2, 0}};
+  }
+  const int cx1 = x1 / 2, cx2 = (x2 + 1) / 2;  // the chroma blocks it touches
+  return {{static_cast<std::size_t>(x1), static_cast<std::size_t>(x2 - x1), y1, y2, 0},
+          {2 * static_cast<std::size_t>(cx1), 2 * static_cast<std::size_t>(cx2 - cx1), y1 / 2,
+           (y2 + 1) / 2, 1}};
+}
+}  // namespace
+
+void SyntheticVideo::restore_boxes(const std::vector<TruthBox>& boxes, std::uint8_t* dst,
+                                   std::size_t pitch) const {
+  for (const TruthBox& t : boxes) {
+    for (const PlaneRect& r : plane_rects(t.box, format_)) {
+      const int row_offset = r.plane == 0 ? 0 : height_;
+      for (int y = r.row0; y < r.row1; ++y) {
+        const std::size_t row = static_cast<std::size_t>(y + row_offset);
+        std::memcpy(dst + row * pitch + r.byte0, background_.data() + row * row_bytes() + r.byte0,
+                    r.bytes);
+      }
+    }
+  }
+}
+
 void SyntheticVideo::draw_boxes(const std::vector<TruthBox>& boxes, std::uint8_t* dst,
                                 std::size_t pitch) const {
-  std::vector<std::uint8_t> row;  // one row of a box, copied into each of its rows
+  std::vector<std::uint8_t> row;  // one row of a box's rectangle, copied into each of its rows
   for (const TruthBox& t : boxes) {
     const Bgr colour = class_colour(t.class_id);
-    const int x1 = static_cast<int>(t.box.x1), x2 = static_cast<int>(t.box.x2);
-    row.resize(3 * static_cast<std::size_t>(x2 - x1));
-    for (std::size_t i = 0; i < row.size(); i += 3) {
-      row[i + 0] = colour.b;
-      row[i + 1] = colour.g;
-      row[i + 2] = colour.r;
-    }
-    for (int y = static_cast<int>(t.box.y1); y < static_cast<int>(t.box.y2); ++y) {
-      std::memcpy(dst + y * pitch + 3 * static_cast<std::size_t>(x1), row.data(), row.size());
+    for (const PlaneRect& r : plane_rects(t.box, format_)) {
+      row.resize(r.bytes);
+      if (format_ == FrameFormat::bgr) {
+        for (std::size_t i = 0; i + 2 < row.size(); i += 3) {
+          row[i + 0] = colour.b;
+          row[i + 1] = colour.g;
+          row[i + 2] = colour.r;
+        }
+      } else if (r.plane == 0) {
+        std::fill(row.begin(), row.end(), yuv_[t.class_id][0]);
+      } else {
+        for (std::size_t i = 0; i + 1 < row.size(); i += 2) {
+          row[i + 0] = yuv_[t.class_id][1];
+          row[i + 1] = yuv_[t.class_id][2];
+        }
+      }
+      const int row_offset = r.plane == 0 ? 0 : height_;
+      for (int y = r.row0; y < r.row1; ++y) {
+        std::memcpy(dst + static_cast<std::size_t>(y + row_offset) * pitch + r.byte0, row.data(),
+                    row.size());
+      }
     }
   }
 }
@@ -352,6 +446,12 @@ void validate(const PipelineConfig& c) {
   require(c.num_classes >= 1 && c.num_classes <= kMaxClasses,
           "num_classes must be in [1, " + std::to_string(kMaxClasses) + "], got " +
               std::to_string(c.num_classes));
+  require(c.format == FrameFormat::bgr ||
+              (c.frame_width % 2 == 0 && c.frame_height % 2 == 0 &&
+               (c.resize_at < 0 || (c.resize_width % 2 == 0 && c.resize_height % 2 == 0))),
+          "NV12 frames need an even width and height (each 2x2 block shares its U and V), got " +
+              size_text(c.frame_width, c.frame_height) +
+              (c.resize_at >= 0 ? " and " + size_text(c.resize_width, c.resize_height) : ""));
   require(c.frames >= 0, "frames must be >= 0, got " + std::to_string(c.frames));
   require(std::isfinite(c.rate_fps) && c.rate_fps >= 0,
           "rate_fps must be finite and >= 0 (0: closed loop), got " + std::to_string(c.rate_fps));
@@ -365,19 +465,20 @@ void validate(const PipelineConfig& c) {
 }
 
 FrameSize frame_size(const PipelineConfig& c, std::int64_t frame) {
-  if (c.resize_at >= 0 && frame >= c.resize_at) return {c.resize_width, c.resize_height};
-  return {c.frame_width, c.frame_height};
+  if (c.resize_at >= 0 && frame >= c.resize_at) return {c.resize_width, c.resize_height, c.format};
+  return {c.frame_width, c.frame_height, c.format};
 }
 
 std::size_t max_frame_bytes(const PipelineConfig& c) {
-  const std::size_t before = FrameSize{c.frame_width, c.frame_height}.bytes();
-  return c.resize_at >= 0 ? std::max(before, FrameSize{c.resize_width, c.resize_height}.bytes())
-                          : before;
+  const std::size_t before = FrameSize{c.frame_width, c.frame_height, c.format}.bytes();
+  return c.resize_at >= 0
+             ? std::max(before, FrameSize{c.resize_width, c.resize_height, c.format}.bytes())
+             : before;
 }
 
 Camera::Camera(const PipelineConfig& c)
-    : before_(c.frame_width, c.frame_height, c.num_classes), resize_at_(c.resize_at) {
-  if (c.resize_at >= 0) after_.emplace(c.resize_width, c.resize_height, c.num_classes);
+    : before_(c.frame_width, c.frame_height, c.num_classes, c.format), resize_at_(c.resize_at) {
+  if (c.resize_at >= 0) after_.emplace(c.resize_width, c.resize_height, c.num_classes, c.format);
 }
 
 void validate_engine_shape(const PipelineConfig& config, const TensorShape& e) {

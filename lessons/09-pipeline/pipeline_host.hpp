@@ -57,6 +57,13 @@ struct TruthBox {
   Box box{};
 };
 
+// How a frame is laid out in a slot and on the GPU. bgr: height rows of 3 x width bytes, B G R.
+// nv12 (what hardware decoders such as NVDEC write): a Y plane of height rows of width bytes,
+// then the interleaved U V plane of height / 2 rows of width bytes (U and V of each 2x2 block),
+// BT.601 limited range; half the bytes of bgr. Even width and height only.
+enum class FrameFormat { bgr, nv12 };
+const char* to_string(FrameFormat format);
+
 // A synthetic video: frame k is a fixed dark textured background and, for each class c, one
 // filled rectangle in c's colour inside horizontal lane c (lanes never overlap, so no object
 // hides another), sliding left and right and changing size with k. Class c is absent from
@@ -65,35 +72,53 @@ class SyntheticVideo {
  public:
   // Throws std::invalid_argument unless 1 <= num_classes <= kMaxClasses, width >= 64 and
   // height >= 48 * num_classes (each lane must hold a box the engine can find at 640x640), and
-  // both are <= course::kMaxImageDimension.
-  SyntheticVideo(int width, int height, int num_classes);
+  // both are <= course::kMaxImageDimension; with nv12, unless both are even.
+  SyntheticVideo(int width, int height, int num_classes, FrameFormat format = FrameFormat::bgr);
 
   int width() const { return width_; }
   int height() const { return height_; }
   int num_classes() const { return num_classes_; }
-  std::size_t frame_bytes() const { return static_cast<std::size_t>(width_) * height_ * 3; }
+  FrameFormat format() const { return format_; }
+  // The bytes of one row of the frame's first plane (the pitch of a packed frame): 3 x width
+  // for bgr, width for nv12.
+  std::size_t row_bytes() const {
+    return static_cast<std::size_t>(width_) * (format_ == FrameFormat::bgr ? 3 : 1);
+  }
+  // A packed frame: 3 x width x height bytes for bgr, 3 / 2 of width x height for nv12.
+  std::size_t frame_bytes() const {
+    return format_ == FrameFormat::bgr ? row_bytes() * height_ : row_bytes() * height_ * 3 / 2;
+  }
 
   // The true boxes of frame k (k >= 0), in class order.
   std::vector<TruthBox> truth(std::int64_t frame) const;
-  // Draws frame k into dst: height rows of 3 * width bytes, BGR, row y at dst + y * pitch
-  // (pitch >= 3 * width). Returns truth(frame). The whole frame: the background is one memcpy
-  // per row from a precomputed image (about one frame-sized copy, 6.2 MB at 1080p), then the
-  // boxes. Throws std::invalid_argument for a null dst or a pitch below 3 * width.
+  // Draws frame k into dst in the video's format: row y of the first plane at dst + y * pitch
+  // (pitch >= row_bytes()); with nv12, chroma row r at dst + (height + r) * pitch. Returns
+  // truth(frame). The whole frame: the background is one memcpy per row from a precomputed
+  // image (about one frame-sized copy, 6.2 MB of BGR at 1080p), then the boxes (nv12: each
+  // box's Y rectangle, and the U V of every 2x2 block it touches). Throws
+  // std::invalid_argument for a null dst or a pitch below row_bytes().
   std::vector<TruthBox> render(std::int64_t frame, std::uint8_t* dst, std::size_t pitch) const;
   // The same frame, drawn into a buffer that already holds frame `previous` of this video (as
   // render or update left it, same pitch): the background goes back under previous's boxes and
   // frame k's boxes are drawn, so only the pixels that change are written (the boxes of a
   // 1080p frame with 4 classes cover about 8% of it, so old and new about 17%), as a camera's
-  // frame buffer or a decoder's reference frame is updated rather than rebuilt. previous = -1: the buffer holds anything, and the whole frame
-  // is drawn (render). The result equals render(frame, ...) byte for byte. Returns
-  // truth(frame). Throws as render does, and std::invalid_argument for previous < -1.
+  // frame buffer or a decoder's reference frame is updated rather than rebuilt. previous = -1: the
+  // buffer holds anything, and the whole frame is drawn (render). The result equals render(frame,
+  // ...) byte for byte. Returns truth(frame). Throws as render does, and std::invalid_argument for
+  // previous < -1.
   std::vector<TruthBox> update(std::int64_t frame, std::int64_t previous, std::uint8_t* dst,
                                std::size_t pitch) const;
 
  private:
+  // Copies the background into the rectangles of `boxes` (nv12: their chroma blocks too), or
+  // paints them in their class colours.
+  void restore_boxes(const std::vector<TruthBox>& boxes, std::uint8_t* dst,
+                     std::size_t pitch) const;
   void draw_boxes(const std::vector<TruthBox>& boxes, std::uint8_t* dst, std::size_t pitch) const;
   int width_, height_, num_classes_;
-  std::vector<std::uint8_t> background_;  // height x width x 3
+  FrameFormat format_;
+  std::vector<std::uint8_t> background_;  // the background in the video's format, packed
+  std::uint8_t yuv_[kMaxClasses][3]{};    // nv12: each class colour's Y, U, V
 };
 
 // ------------------------------------------------------------------ back-pressure and slots
@@ -237,6 +262,9 @@ struct PipelineConfig {
   int resize_width = 1280, resize_height = 720;
   int input_width = 640, input_height = 640;  // the network input
   int num_classes = 4;
+  // The camera's frames: bgr, or nv12 as a hardware decoder writes them (half the bytes to
+  // upload; lesson 06's NV12 letterbox converts the colours on the GPU).
+  FrameFormat format = FrameFormat::bgr;
   std::int64_t frames = 1000;  // frames the producer sends
   double rate_fps = 0;         // open loop at this rate; 0: closed loop (as fast as possible)
   Backpressure backpressure = Backpressure::block;
@@ -271,14 +299,19 @@ struct PipelineConfig {
 // < 0 or not finite, queue_depth < batch (a batch could never fill... and < 1), inflight not 1
 // or 2, a frame, resize or input size outside [1, kMaxImageDimension] (or a frame too small for
 // the synthetic video), resize_at < -1, num_classes outside [1, kMaxClasses], frames < 0,
-// rate_fps < 0 or not finite, and a postprocess config lesson 08's validate() rejects.
+// rate_fps < 0 or not finite, an nv12 frame or resize size that is not even, and a postprocess
+// config lesson 08's validate() rejects.
 void validate(const PipelineConfig& config);
 
 // The frame size of frame k of a run: frame_width x frame_height, or the resize size from
 // frame resize_at on.
 struct FrameSize {
   int width = 0, height = 0;
-  std::size_t bytes() const { return static_cast<std::size_t>(width) * height * 3; }
+  FrameFormat format = FrameFormat::bgr;
+  std::size_t bytes() const {
+    const std::size_t pixels = static_cast<std::size_t>(width) * height;
+    return format == FrameFormat::bgr ? 3 * pixels : pixels * 3 / 2;
+  }
   bool operator==(const FrameSize& o) const { return width == o.width && height == o.height; }
   bool operator!=(const FrameSize& o) const { return !(*this == o); }
 };

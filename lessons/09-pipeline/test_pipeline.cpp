@@ -30,6 +30,7 @@
 #include <tuple>
 #include <vector>
 
+#include "affine_warp.cuh"  // lesson 06: the NV12 conversion
 #include "common/cuda_check.hpp"
 #include "common/memory.hpp"
 #include "common/process.hpp"
@@ -592,11 +593,15 @@ TEST_CASE("the synthetic video draws exactly its truth", "[video]") {
 // previous frames near and far (a ring of 8 slots holds frame k - 8), a class that comes back
 // after an absent frame, a padded pitch, and a buffer that went through several updates.
 TEST_CASE("SyntheticVideo::update draws exactly what render draws", "[video]") {
-  for (const auto& [w, h, pitch_pad] : {std::tuple{1920, 1080, 0}, std::tuple{1283, 721, 13}}) {
-    const SyntheticVideo video(w, h, 4);
-    const std::size_t pitch = static_cast<std::size_t>(w) * 3 + pitch_pad;
-    std::vector<std::uint8_t> expected(pitch * h, 0), got(pitch * h, 0xAB);
-    CAPTURE(w, h, pitch);
+  for (const auto& [w, h, pitch_pad, format] :
+       {std::tuple{1920, 1080, 0, FrameFormat::bgr}, std::tuple{1283, 721, 13, FrameFormat::bgr},
+        std::tuple{1920, 1080, 0, FrameFormat::nv12},
+        std::tuple{1282, 722, 14, FrameFormat::nv12}}) {
+    const SyntheticVideo video(w, h, 4, format);
+    const std::size_t pitch = video.row_bytes() + pitch_pad;
+    const std::size_t rows = format == FrameFormat::bgr ? h : h * 3 / 2;  // nv12: Y, then U V
+    std::vector<std::uint8_t> expected(pitch * rows, 0), got(pitch * rows, 0xAB);
+    CAPTURE(w, h, pitch, to_string(format));
     std::int64_t held = -1;  // what `got` holds
     int updates = 0;
     for (std::int64_t k : {0, 1, 2, 10, 3, 11, 19, 100, 101, 5, 6, 7, 999}) {
@@ -607,9 +612,9 @@ TEST_CASE("SyntheticVideo::update draws exactly what render draws", "[video]") {
       ++updates;
       CHECK(truth.size() == video.truth(k).size());
       bool same = true;
-      for (int y = 0; y < h && same; ++y) {  // the row padding is not part of the frame
+      for (std::size_t y = 0; y < rows && same; ++y) {  // the row padding is not in the frame
         same = std::memcmp(expected.data() + y * pitch, got.data() + y * pitch,
-                           static_cast<std::size_t>(w) * 3) == 0;
+                           video.row_bytes()) == 0;
       }
       CHECK(same);
     }
@@ -631,6 +636,56 @@ TEST_CASE("measure_gpu_us_per_frame refuses a stream count outside [1, 64] befor
     CHECK_THROWS_AS_WITH(measure_gpu_us_per_frame(c, color_engine_spec(c, 0.0), 1, 1, streams),
                          std::invalid_argument, Contains("streams must be in [1, 64]"));
   }
+}
+
+// What the engine sees of an NV12 frame: each pixel converted as lesson 06's NV12 letterbox
+// converts it (its Y, its 2x2 block's U and V, BT.601), then the engine's rule (every channel
+// within kColourTolerance of a class colour). The pixels of each class must span its true box:
+// the chroma a box's edge block shares with the background must not move it.
+TEST_CASE("NV12 frames: the converted colours still give each object's box", "[video]") {
+  const SyntheticVideo video(1920, 1080, 4, FrameFormat::nv12);
+  CHECK(video.frame_bytes() == 1920u * 1080u * 3u / 2u);
+  std::vector<std::uint8_t> frame(video.frame_bytes());
+  const lesson06::YuvToRgb k = lesson06::yuv_to_rgb(lesson06::YuvMatrix::bt601);
+  for (std::int64_t f : {0, 7, 123, 5000}) {
+    const auto truth = video.render(f, frame.data(), video.row_bytes());
+    const lesson06::Nv12View view{frame.data(), frame.data() + 1920 * 1080, 1920, 1080, 1920, 1920};
+    for (const TruthBox& t : truth) {
+      const Bgr c = class_colour(t.class_id);
+      int x1 = 1 << 30, y1 = 1 << 30, x2 = -1, y2 = -1;
+      for (int y = 0; y < 1080; ++y) {
+        for (int x = 0; x < 1920; ++x) {
+          std::uint8_t bgr[3];
+          lesson06::nv12_pixel_bgr(view, k, x, y, bgr);
+          if (std::abs(bgr[0] - c.b) <= kColourTolerance &&
+              std::abs(bgr[1] - c.g) <= kColourTolerance &&
+              std::abs(bgr[2] - c.r) <= kColourTolerance) {
+            x1 = std::min(x1, x);
+            y1 = std::min(y1, y);
+            x2 = std::max(x2, x + 1);
+            y2 = std::max(y2, y + 1);
+          }
+        }
+      }
+      CAPTURE(f, t.class_id, x1, y1, x2, y2, t.box.x1, t.box.y1, t.box.x2, t.box.y2);
+      REQUIRE(x2 > x1);
+      CHECK(lesson08::iou(Box{static_cast<float>(x1), static_cast<float>(y1),
+                              static_cast<float>(x2), static_cast<float>(y2)},
+                          t.box) >= 0.97);
+    }
+  }
+  CHECK_THROWS_AS(SyntheticVideo(1921, 1080, 4, FrameFormat::nv12), std::invalid_argument);
+  PipelineConfig c;
+  c.format = FrameFormat::nv12;
+  c.frame_width = 1281;
+  CHECK_THROWS_AS_WITH(validate(c), std::invalid_argument, Contains("NV12 frames need an even"));
+  c.frame_width = 1920;
+  c.resize_at = 10;
+  c.resize_height = 719;
+  CHECK_THROWS_AS_WITH(validate(c), std::invalid_argument, Contains("1280x719"));
+  c.resize_height = 720;
+  CHECK_NOTHROW(validate(c));
+  CHECK(max_frame_bytes(c) == 1920u * 1080u * 3u / 2u);
 }
 
 TEST_CASE("check_frame: right class, IoU >= 0.9, exactly once, nothing extra", "[check]") {
@@ -711,6 +766,25 @@ TEST_CASE("blocking-sync waits and slots released by a host function: every fram
   INFO("blocking_sync " << blocking << ", release_by_callback " << callback << ", graphs "
                         << graphs);
   check_every_frame_right(run_pipeline(c, color_engine_spec(c, 2.2)), c);
+}
+
+TEST_CASE("NV12 frames through lesson 06's NV12 letterbox: every frame once and right", "[gpu]") {
+  const int batch = GENERATE(1, 4);
+  const bool graphs = GENERATE(false, true);
+  PipelineConfig c;
+  c.format = FrameFormat::nv12;
+  c.workers = 2;
+  c.batch = batch;
+  c.max_wait_us = batch > 1 ? 5000 : 0;
+  c.graphs = graphs;
+  c.frames = 160;
+  c.resize_at = 80;  // 1080p, then 720p: both sizes, and batches that hold both
+  INFO("batch " << batch << ", graphs " << graphs);
+  check_every_frame_right(run_pipeline(c, color_engine_spec(c, 0.0)), c);
+  if (batch == 1 && !graphs) {
+    c.resize_at = -1;
+    check_every_frame_right(run_serial_tutorial(c, color_engine_spec(c, 0.0)), c);
+  }
 }
 
 TEST_CASE("before_serving runs once after warm-up, and an exception from it ends the run",
