@@ -613,7 +613,7 @@ class Worker {
   void warm_up() {
     stage_ = "warm-up";
     NvtxRange range("warm-up");
-    const FrameSize first{c_.frame_width, c_.frame_height};
+    const FrameSize first{c_.frame_width, c_.frame_height, c_.format};
     for (BufferSet& set : sets_) {
       CUDA_CHECK(cudaMemsetAsync(set.frames.data(), 0, set.frames.bytes(), *compute_));
       for (int b = 1; b <= c_.batch; ++b) {
@@ -790,23 +790,28 @@ class Worker {
     } else if (c_.release_by_callback) {
       // The other way: the copy stream itself hands the slots back once the copies are done,
       // through a host function the driver runs on its own thread in stream order
-      // (cudaLaunchHostFunc), and this thread goes on at once. The function calls no CUDA API
-      // (it must not) and cannot throw out (the driver could not report it): a slot that is
-      // not in flight aborts the run instead. The worker's final stream synchronisation waits
-      // for it, so it never outlives the ring.
+      // (cudaLaunchHostFunc), and this thread goes on at once. Without a copy stream the copy
+      // stream is the compute stream, which holds the batch's work by now, so the slots come
+      // back only after it. The function calls no CUDA API (it must not) and cannot throw out
+      // (the driver could not report it): a slot that is not in flight fails the run instead
+      // (Shared::fail only takes mutexes). On the normal path the worker's final stream
+      // synchronisation waits for it, so it never outlives the ring; after a device fault the
+      // driver may never run it, and its payload leaks with the process that must restart.
       struct Release {
         SlotRing* ring;
+        Shared* shared;
         std::vector<int> slots;
         static void CUDART_CB run(void* p) {
           std::unique_ptr<Release> r(static_cast<Release*>(p));
           try {
             for (int s : r->slots) r->ring->release(s);
-          } catch (...) {
-            r->ring->abort();
+          } catch (const std::exception& e) {
+            r->shared->fail(std::string("slot release (host function): ") + e.what(), -1,
+                            "slot release", *r->ring);
           }
         }
       };
-      auto payload = std::make_unique<Release>(Release{&ring_, slot_ids});
+      auto payload = std::make_unique<Release>(Release{&ring_, &shared_, slot_ids});
       CUDA_CHECK(cudaLaunchHostFunc(copy, &Release::run, payload.get()));
       payload.release();  // the host function owns it now
     } else {

@@ -278,6 +278,8 @@ struct PipelineConfig {
   // Slots go back to the producer from a host function on the copy stream (cudaLaunchHostFunc,
   // run by the driver's thread once the copies are done) instead of the worker waiting for the
   // copies' event (exercise 3's release_after_copy), so the worker never blocks on the copy.
+  // Without copy_stream the host function follows the batch's work on the one stream, so the
+  // slots come back later than with the event wait.
   bool release_by_callback = false;
   lesson08::PostprocessConfig post{};
   // Called once, on run_pipeline's thread, when every worker has warmed up, before serving and

@@ -24,7 +24,12 @@ namespace {
 // The replicas' common start: each pipeline calls arrive() when its workers have warmed up
 // (PipelineConfig::before_serving), and all start serving when the last has arrived. A replica
 // that fails before it arrives calls abandon(): the others' arrive() then throws, so nobody
-// waits for a replica that will never come.
+// waits for a replica that will never come. What they throw (Abandoned) is not a cause: the
+// failure run_replicas rethrows is the replica's own.
+struct Abandoned : std::runtime_error {
+  Abandoned() : std::runtime_error("run_replicas: another replica failed before serving started") {}
+};
+
 class StartLine {
  public:
   explicit StartLine(int replicas) : expected_(replicas) {}
@@ -33,9 +38,7 @@ class StartLine {
     ++arrived_;
     cv_.notify_all();
     cv_.wait(lock, [&] { return arrived_ >= expected_ || abandoned_; });
-    if (arrived_ < expected_) {
-      throw std::runtime_error("run_replicas: another replica failed before serving started");
-    }
+    if (arrived_ < expected_) throw Abandoned();
   }
   void abandon() {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -82,9 +85,20 @@ ReplicaRun run_replicas(const std::vector<int>& devices, const lesson09::Pipelin
   // line (each report's wall_s runs from there to its last result), so the run's wall time is
   // the longest of them.
   for (const auto& report : run.reports) run.wall_s = std::max(run.wall_s, report.wall_s);
+  // The first replica's own failure; a replica that only saw another one fail (Abandoned) is
+  // reported only if nothing else was.
+  std::exception_ptr abandoned;
   for (const auto& f : failures) {
-    if (f) std::rethrow_exception(f);
+    if (!f) continue;
+    try {
+      std::rethrow_exception(f);
+    } catch (const Abandoned&) {
+      if (!abandoned) abandoned = f;
+    } catch (...) {
+      throw;
+    }
   }
+  if (abandoned) std::rethrow_exception(abandoned);
   return run;
 }
 
