@@ -1071,16 +1071,27 @@ BatchedPostprocessor::BatchedPostprocessor(const BatchSpec& spec,
 }
 
 namespace {
-void check_batch_input(const void* output, std::size_t elements, const BatchSpec& spec,
+// The images of one call: run.images, or B; throws unless it is in [1, B].
+int images_of(const BatchRun& run, const BatchSpec& spec) {
+  if (run.images < 0 || run.images > spec.batch) {
+    throw std::invalid_argument(
+        "BatchedPostprocessor: BatchRun::images must be in [0, B = " + std::to_string(spec.batch) +
+        "] (0: B), got " + std::to_string(run.images));
+  }
+  return run.images == 0 ? spec.batch : run.images;
+}
+
+void check_batch_input(const void* output, std::size_t elements, const BatchSpec& spec, int images,
                        DType expected, DType got) {
   if (expected != got) {
     throw std::invalid_argument(std::string("BatchedPostprocessor: constructed for ") +
                                 to_string(expected) + " input, enqueue got " + to_string(got));
   }
-  if (elements != spec.elements()) {
+  const std::size_t want = static_cast<std::size_t>(images) * spec.image.elements();
+  if (elements != want) {
     throw std::invalid_argument(
-        "BatchedPostprocessor: expected " + std::to_string(spec.elements()) +
-        " elements (B = " + std::to_string(spec.batch) + " x " +
+        "BatchedPostprocessor: expected " + std::to_string(want) + " elements (" +
+        std::to_string(images) + " of B = " + std::to_string(spec.batch) + " images x " +
         std::to_string(spec.image.elements()) + "), got " + std::to_string(elements));
   }
   if (output == nullptr && elements > 0) {
@@ -1089,63 +1100,74 @@ void check_batch_input(const void* output, std::size_t elements, const BatchSpec
 }
 }  // namespace
 
-void BatchedPostprocessor::enqueue(const float* output, std::size_t elements, cudaStream_t stream) {
-  check_batch_input(output, elements, spec_, dtype_, DType::f32);
-  enqueue_f32(output, stream);
+void BatchedPostprocessor::enqueue(const float* output, std::size_t elements, cudaStream_t stream,
+                                   const BatchRun& run) {
+  const int images = images_of(run, spec_);
+  check_batch_input(output, elements, spec_, images, dtype_, DType::f32);
+  enqueue_f32(output, images, run.letterboxes, run.copy_results, stream);
 }
 
-void BatchedPostprocessor::enqueue(const __half* output, std::size_t elements,
-                                   cudaStream_t stream) {
-  check_batch_input(output, elements, spec_, dtype_, DType::f16);
+void BatchedPostprocessor::enqueue(const __half* output, std::size_t elements, cudaStream_t stream,
+                                   const BatchRun& run) {
+  const int images = images_of(run, spec_);
+  check_batch_input(output, elements, spec_, images, dtype_, DType::f16);
   if (elements > 0) {
     const int blocks = static_cast<int>(
         std::min<std::size_t>((elements + kWidenThreads - 1) / kWidenThreads, 132 * 16));
     widen_half_kernel<<<blocks, kWidenThreads, 0, stream>>>(output, widened_.data(), elements);
     CUDA_CHECK_LAUNCH();
   }
-  enqueue_f32(widened_.data(), stream);
+  enqueue_f32(widened_.data(), images, run.letterboxes, run.copy_results, stream);
 }
 
-void BatchedPostprocessor::enqueue_f32(const float* output, cudaStream_t stream) {
+void BatchedPostprocessor::enqueue_f32(const float* output, int images,
+                                       const Letterbox* letterboxes, bool copy_results,
+                                       cudaStream_t stream) {
   const int batch = spec_.batch, n = spec_.image.num_candidates;
   const int capacity = config_.max_candidates;
   std::uint8_t* result = result_.data();
   ResultHeader* headers = reinterpret_cast<ResultHeader*>(result);
   Detection* detections = reinterpret_cast<Detection*>(result + batch * sizeof(ResultHeader));
-  const BatchBuffers b{output,       spec_.image,        letterboxes_.data(),
+  const Letterbox* lbs = letterboxes != nullptr ? letterboxes : letterboxes_.data();
+  const BatchBuffers b{output,       spec_.image,        lbs,
                        keys_.data(), candidates_.data(), sorted_.data(),
                        mask_.data(), mask_stride_,       headers,
                        detections,   capacity,           config_.max_detections};
-  const unsigned images = static_cast<unsigned>(batch);
-  CUDA_CHECK(cudaMemsetAsync(headers, 0, batch * sizeof(ResultHeader), stream));
+  const unsigned grid_images = static_cast<unsigned>(images);
+  CUDA_CHECK(cudaMemsetAsync(headers, 0, images * sizeof(ResultHeader), stream));
   if (n > 0) {
-    batched_decode_kernel<<<dim3(ceil_div(n, kDecodeThreads), images), kDecodeThreads, 0, stream>>>(
-        b, config_.conf_threshold);
+    batched_decode_kernel<<<dim3(ceil_div(n, kDecodeThreads), grid_images), kDecodeThreads, 0,
+                            stream>>>(b, config_.conf_threshold);
     CUDA_CHECK_LAUNCH();
     if (n > capacity) {
-      batched_select_top_k_kernel<<<images, kSelectThreads, 0, stream>>>(b, config_.conf_threshold);
+      batched_select_top_k_kernel<<<grid_images, kSelectThreads, 0, stream>>>(
+          b, config_.conf_threshold);
       CUDA_CHECK_LAUNCH();
     }
   }
-  batched_rank_sort_kernel<<<dim3(ceil_div(capacity, kSortThreads), images), kSortThreads, 0,
+  batched_rank_sort_kernel<<<dim3(ceil_div(capacity, kSortThreads), grid_images), kSortThreads, 0,
                              stream>>>(b);
   CUDA_CHECK_LAUNCH();
   const unsigned tiles = static_cast<unsigned>(mask_stride_);
-  batched_nms_v2_mask_kernel<<<dim3(tiles, tiles, images), kTile, 0, stream>>>(
+  batched_nms_v2_mask_kernel<<<dim3(tiles, tiles, grid_images), kTile, 0, stream>>>(
       b, config_.iou_threshold, config_.class_agnostic);
   CUDA_CHECK_LAUNCH();
   if (config_.nms == NmsVersion::v3_bitmask_smem) {
-    batched_nms_v3_reduce_kernel<<<images, kReduceThreads,
+    batched_nms_v3_reduce_kernel<<<grid_images, kReduceThreads,
                                    v3_shared_bytes(mask_stride_, staged_words_), stream>>>(
         b, staged_words_);
   } else {
-    batched_nms_v2_reduce_kernel<<<images, kReduceThreads,
+    batched_nms_v2_reduce_kernel<<<grid_images, kReduceThreads,
                                    static_cast<std::size_t>(mask_stride_) * sizeof(std::uint64_t),
                                    stream>>>(b);
   }
   CUDA_CHECK_LAUNCH();
-  CUDA_CHECK(cudaMemcpyAsync(host_result_.data(), result_.data(), result_.bytes(),
-                             cudaMemcpyDeviceToHost, stream));
+  if (copy_results) {
+    CUDA_CHECK(cudaMemcpyAsync(host_result_.data(), result_.data(), result_.bytes(),
+                               cudaMemcpyDeviceToHost, stream));
+  }
+  last_images_ = images;
+  host_current_ = copy_results;
 }
 
 void BatchedPostprocessor::write_efficient_nms(const EfficientNmsOutputs& out,
@@ -1154,23 +1176,32 @@ void BatchedPostprocessor::write_efficient_nms(const EfficientNmsOutputs& out,
       out.detection_scores == nullptr || out.detection_classes == nullptr) {
     throw std::invalid_argument("write_efficient_nms: every output pointer must be non-null");
   }
+  if (last_images_ == 0) {
+    throw std::logic_error("write_efficient_nms: nothing was enqueued yet");
+  }
   const std::uint8_t* result = result_.data();
   const ResultHeader* headers = reinterpret_cast<const ResultHeader*>(result);
   const Detection* detections =
       reinterpret_cast<const Detection*>(result + spec_.batch * sizeof(ResultHeader));
-  efficient_nms_layout_kernel<<<static_cast<unsigned>(spec_.batch), kLayoutThreads, 0, stream>>>(
+  efficient_nms_layout_kernel<<<static_cast<unsigned>(last_images_), kLayoutThreads, 0, stream>>>(
       headers, detections, config_.max_detections, out.num_detections, out.detection_boxes,
       out.detection_scores, out.detection_classes);
   CUDA_CHECK_LAUNCH();
 }
 
 std::vector<PostprocessResult> BatchedPostprocessor::results() const {
+  if (!host_current_ && last_images_ > 0) {
+    throw std::logic_error(
+        "BatchedPostprocessor::results: the last enqueue did not copy its results to the host "
+        "(BatchRun::copy_results = false); read the EfficientNMS tensors instead");
+  }
   const std::uint8_t* host = host_result_.data();
   const std::size_t batch = static_cast<std::size_t>(spec_.batch);
   const Detection* detections =
       reinterpret_cast<const Detection*>(host + batch * sizeof(ResultHeader));
-  std::vector<PostprocessResult> out(batch);
-  for (std::size_t i = 0; i < batch; ++i) {
+  const std::size_t images = last_images_ > 0 ? static_cast<std::size_t>(last_images_) : batch;
+  std::vector<PostprocessResult> out(images);
+  for (std::size_t i = 0; i < images; ++i) {
     ResultHeader header;
     std::memcpy(&header, host + i * sizeof(ResultHeader), sizeof header);
     PostprocessResult& r = out[i];

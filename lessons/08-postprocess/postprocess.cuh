@@ -444,6 +444,36 @@ struct EfficientNmsHost {
 EfficientNmsHost to_efficient_nms(const std::vector<PostprocessResult>& results,
                                   int max_output_boxes);
 
+// The other way, what a consumer of the plugin's outputs does: image b's detections read from
+// the four tensors in host memory (pointers to [batch, 1], [batch, K, 4], [batch, K] and
+// [batch, K], any batch > image), in their order; `index` is the detection's rank k (the
+// plugin's outputs carry no candidate index). Throws std::invalid_argument for a null pointer,
+// K < 1, image < 0 or a count outside [0, K].
+struct EfficientNmsView {
+  int max_output_boxes = 0;
+  const int* num_detections = nullptr;
+  const float* detection_boxes = nullptr;
+  const float* detection_scores = nullptr;
+  const int* detection_classes = nullptr;
+};
+std::vector<Detection> detections_of(const EfficientNmsView& outputs, int image);
+
+// One enqueue of a BatchedPostprocessor. The defaults: all B images, the constructor's
+// letterboxes, the results copied to host memory.
+struct BatchRun {
+  // Images in this call, 1..B: an engine built for up to B images runs fewer when a dynamic
+  // batcher sends a partial batch. 0 means B. `elements` must then be images x the image's.
+  int images = 0;
+  // A device array of `images` letterboxes used instead of the constructor's (a batch whose
+  // frames changed size mid-stream). Read when the kernels run: it must stay valid and unchanged
+  // until then, and for every replay of a CUDA graph that captured the call. Null: the
+  // constructor's.
+  const Letterbox* letterboxes = nullptr;
+  // false: no copy to host memory, for a caller that reads the EfficientNMS tensors instead
+  // (write_efficient_nms and its own copy); results() then throws until a call copies again.
+  bool copy_results = true;
+};
+
 // The postprocess of a whole batch, every buffer allocated once:
 //
 //   BatchedPostprocessor post(spec, letterboxes, config);           // allocates; may throw
@@ -463,18 +493,24 @@ class BatchedPostprocessor {
   BatchedPostprocessor(const BatchSpec& spec, const std::vector<Letterbox>& letterboxes,
                        const PostprocessConfig& config, DType dtype = DType::f32);
 
-  // output: device pointer to the whole batch's tensor, `elements` = spec.elements() values of
-  // the constructor's dtype (the overload must match it). Throws std::invalid_argument for a
-  // wrong size, a null pointer or the other dtype's overload. Asynchronous on `stream`.
-  void enqueue(const float* output, std::size_t elements, cudaStream_t stream);
-  void enqueue(const __half* output, std::size_t elements, cudaStream_t stream);
+  // output: device pointer to the batch's tensor, `elements` = images x spec.image.elements()
+  // values of the constructor's dtype (the overload must match it; images = run.images, or B).
+  // Throws std::invalid_argument for run.images outside [0, B], a wrong size, a null pointer or
+  // the other dtype's overload. Asynchronous on `stream`.
+  void enqueue(const float* output, std::size_t elements, cudaStream_t stream,
+               const BatchRun& run = {});
+  void enqueue(const __half* output, std::size_t elements, cudaStream_t stream,
+               const BatchRun& run = {});
 
-  // Writes the last enqueue's results in EfficientNMS_TRT's layout (one kernel; enqueue it on
-  // the same stream, after enqueue). K = config.max_detections. Throws std::invalid_argument if
-  // a pointer is null. Asynchronous.
+  // Writes the last enqueue's results in EfficientNMS_TRT's layout for its images (one kernel;
+  // enqueue it on the same stream, after enqueue): [images, 1], [images, K, 4], [images, K],
+  // [images, K] from the start of each tensor, K = config.max_detections. Throws
+  // std::invalid_argument if a pointer is null, std::logic_error before any enqueue.
+  // Asynchronous.
   void write_efficient_nms(const EfficientNmsOutputs& out, cudaStream_t stream) const;
 
-  // The results of the last enqueue, one per image. Call after the stream has finished it.
+  // The results of the last enqueue, one per image of it. Call after the stream has finished it.
+  // Throws std::logic_error if the last enqueue did not copy them (BatchRun::copy_results).
   std::vector<PostprocessResult> results() const;
   // enqueue + cudaStreamSynchronize + results.
   std::vector<PostprocessResult> run(const float* output, std::size_t elements,
@@ -484,8 +520,11 @@ class BatchedPostprocessor {
   const PostprocessConfig& config() const { return config_; }
 
  private:
-  void enqueue_f32(const float* output, cudaStream_t stream);
+  void enqueue_f32(const float* output, int images, const Letterbox* letterboxes, bool copy_results,
+                   cudaStream_t stream);
   BatchSpec spec_;
+  int last_images_ = 0;        // images of the last enqueue (0: none yet)
+  bool host_current_ = false;  // whether host_result_ is the last enqueue's
   PostprocessConfig config_;
   DType dtype_;
   int mask_stride_ = 0;

@@ -246,4 +246,31 @@ EfficientNmsHost to_efficient_nms(const std::vector<PostprocessResult>& results,
   return h;
 }
 
+std::vector<Detection> detections_of(const EfficientNmsView& v, int image) {
+  if (v.num_detections == nullptr || v.detection_boxes == nullptr ||
+      v.detection_scores == nullptr || v.detection_classes == nullptr) {
+    throw std::invalid_argument("detections_of: every output pointer must be non-null");
+  }
+  if (v.max_output_boxes < 1 || image < 0) {
+    throw std::invalid_argument("detections_of: expected K >= 1 and image >= 0, got K = " +
+                                std::to_string(v.max_output_boxes) +
+                                ", image = " + std::to_string(image));
+  }
+  const int count = v.num_detections[image];
+  if (count < 0 || count > v.max_output_boxes) {
+    throw std::invalid_argument(
+        "detections_of: image " + std::to_string(image) + " has " + std::to_string(count) +
+        " detections, outside [0, K = " + std::to_string(v.max_output_boxes) + "]");
+  }
+  std::vector<Detection> out(static_cast<std::size_t>(count));
+  const std::size_t base = static_cast<std::size_t>(image) * v.max_output_boxes;
+  for (int k = 0; k < count; ++k) {
+    const std::size_t o = base + static_cast<std::size_t>(k);
+    const float* b = v.detection_boxes + 4 * o;
+    out[static_cast<std::size_t>(k)] = {
+        {b[0], b[1], b[2], b[3]}, v.detection_scores[o], v.detection_classes[o], k};
+  }
+  return out;
+}
+
 }  // namespace lesson08

@@ -1554,6 +1554,95 @@ TEST_CASE("GPU batched: EfficientNMS_TRT output layout, padded with zeros", "[gp
       Contains("non-null"));
 }
 
+TEST_CASE("detections_of reads back what to_efficient_nms wrote, and refuses bad tensors",
+          "[batch]") {
+  const Batch b = make_batch(Layout::yolov8, 5, 700, 4, 300);
+  const PostprocessConfig c;
+  const std::vector<PostprocessResult> cpu =
+      postprocess_batch_cpu(b.tensor.data(), b.tensor.size(), b.spec, b.letterboxes, c);
+  for (const int k : {1, 3, 100}) {
+    const EfficientNmsHost h = to_efficient_nms(cpu, k);
+    const EfficientNmsView v{k, h.num_detections.data(), h.detection_boxes.data(),
+                             h.detection_scores.data(), h.detection_classes.data()};
+    for (int image = 0; image < b.spec.batch; ++image) {
+      INFO("K = " << k << ", image " << image);
+      const std::vector<Detection>& want = cpu[static_cast<std::size_t>(image)].detections;
+      const std::vector<Detection> got = detections_of(v, image);
+      REQUIRE(got.size() == std::min<std::size_t>(want.size(), static_cast<std::size_t>(k)));
+      for (std::size_t j = 0; j < got.size(); ++j) {
+        CHECK(got[j].box.x1 == want[j].box.x1);
+        CHECK(got[j].box.y2 == want[j].box.y2);
+        CHECK(got[j].score == want[j].score);
+        CHECK(got[j].class_id == want[j].class_id);
+        CHECK(got[j].index == static_cast<int>(j));
+      }
+    }
+  }
+  CHECK_FALSE(cpu[0].detections.empty());
+  EfficientNmsHost h = to_efficient_nms(cpu, 5);
+  EfficientNmsView v{5, h.num_detections.data(), h.detection_boxes.data(),
+                     h.detection_scores.data(), h.detection_classes.data()};
+  CHECK_THROWS_WITH(detections_of(v, -1), Contains("image >= 0"));
+  h.num_detections[2] = 6;
+  CHECK_THROWS_WITH(detections_of(v, 2), Contains("outside [0, K = 5]"));
+  v.detection_scores = nullptr;
+  CHECK_THROWS_WITH(detections_of(v, 0), Contains("non-null"));
+}
+
+TEST_CASE("GPU batched: a partial batch with letterboxes given per call, EfficientNMS only",
+          "[gpu][batch][ex5]") {
+  // Built for B = 6 with one letterbox for all; called for 4 images with 4 other letterboxes in
+  // device memory, as lesson 09's workers call it (a partial batch, frames of two sizes).
+  const Batch b = make_batch(Layout::yolov8, 4, 1500, 4, 77);
+  const BatchSpec built{b.spec.image, 6};
+  PostprocessConfig c;
+  c.max_detections = 20;
+  const int k = c.max_detections, images = b.spec.batch;
+  const std::vector<PostprocessResult> cpu =
+      postprocess_batch_cpu(b.tensor.data(), b.tensor.size(), b.spec, b.letterboxes, c);
+  const EfficientNmsHost expected = to_efficient_nms(cpu, k);
+  BatchedPostprocessor post(built, {make_letterbox(4000, 3000, 640, 640)}, c);
+  const course::DeviceBuffer<float> d = course::to_device(b.tensor);
+  const course::DeviceBuffer<Letterbox> lbs = course::to_device(b.letterboxes);
+  const std::size_t n = static_cast<std::size_t>(images);
+  course::DeviceBuffer<int> num(n);
+  course::DeviceBuffer<float> boxes(n * k * 4), scores(n * k);
+  course::DeviceBuffer<int> classes(n * k);
+  course::Stream stream;
+  for (int run = 0; run < 2; ++run) {
+    BatchRun r;
+    r.images = images;
+    r.letterboxes = lbs.data();
+    r.copy_results = run == 1;
+    post.enqueue(d.data(), b.tensor.size(), stream, r);
+    post.write_efficient_nms({num.data(), boxes.data(), scores.data(), classes.data()}, stream);
+    stream.synchronize();
+    INFO("run " << run);
+    CHECK(course::to_host(num) == expected.num_detections);
+    CHECK(course::to_host(boxes) == expected.detection_boxes);
+    CHECK(course::to_host(scores) == expected.detection_scores);
+    CHECK(course::to_host(classes) == expected.detection_classes);
+    if (run == 0) {
+      CHECK_THROWS_WITH(post.results(), Contains("did not copy"));
+    } else {
+      require_same_per_image(post.results(), cpu);  // 4 results, not 6
+    }
+  }
+  BatchRun too_many;
+  too_many.images = 7;
+  CHECK_THROWS_WITH(post.enqueue(d.data(), b.tensor.size(), stream, too_many),
+                    Contains("must be in [0, B = 6]"));
+  BatchRun three;
+  three.images = 3;
+  CHECK_THROWS_WITH(post.enqueue(d.data(), b.tensor.size(), stream, three),
+                    Contains("3 of B = 6 images"));
+  CHECK_THROWS_WITH(post.enqueue(d.data(), b.tensor.size(), stream), Contains("6 of B = 6"));
+  BatchedPostprocessor fresh(built, {make_letterbox(4000, 3000, 640, 640)}, c);
+  CHECK_THROWS_WITH(
+      fresh.write_efficient_nms({num.data(), boxes.data(), scores.data(), classes.data()}, stream),
+      Contains("nothing was enqueued"));
+}
+
 // ====================================================== CUB sort and compaction beside ours
 
 TEST_CASE("DetectionSorter and Compactor reject bad sizes before touching the GPU", "[args]") {
