@@ -109,10 +109,11 @@ int run(Options o) {
   const std::size_t frame_bytes =
       static_cast<std::size_t>(base.frame_width) * base.frame_height * 3;
   std::printf(
-      "Frames: %dx%d BGR (%.2f MB), %d classes, letterboxed to %dx%d; engine: ColorEngine "
-      "+ %.2f GFLOP/frame of SGEMM (--gflop).\n\n",
+      "Frames: %dx%d BGR (%.2f MB), %d classes, letterboxed to %dx%d %s; engine: ColorEngine "
+      "+ %.2f GFLOP/frame\nof SGEMM (--gflop); postprocess: lesson 08's batched decode + NMS "
+      "into EfficientNMS's tensors.\n\n",
       base.frame_width, base.frame_height, frame_bytes / 1e6, base.num_classes, base.input_width,
-      base.input_height, o.gflop);
+      base.input_height, base.input_dtype == lesson08::DType::f16 ? "FP16" : "FP32", o.gflop);
 
   // 1. Warm-up, first. The first frame of a cold process pays for module loading (lazy by
   // default since CUDA 12.2, lesson 01), cuBLAS's kernel choice, lesson 06's table upload and,
@@ -137,9 +138,11 @@ int run(Options o) {
   // 2. Each stage alone.
   const double gbps = measure_pinned_h2d_gbps(frame_bytes);
   const double host_us = measure_host_us_per_frame(base);
-  auto gpu_us = [&](int batch, bool graphs, int streams, FrameFormat format = FrameFormat::bgr) {
+  auto gpu_us = [&](int batch, bool graphs, int streams, FrameFormat format = FrameFormat::bgr,
+                    lesson08::DType input = lesson08::DType::f16) {
     PipelineConfig c = base;
     c.format = format;
+    c.input_dtype = input;
     c.graphs = graphs;
     c.batch = batch;
     c.queue_depth = std::max(c.queue_depth, batch);
@@ -174,6 +177,11 @@ int run(Options o) {
     }
     return graphs ? gpu_b1g : gpu_b1;
   };
+  // The input tensor in FP32 instead: twice the bytes written by the letterbox and read by the
+  // engine's first kernel.
+  const double gpu_f32 = gpu_us(1, true, o.workers, FrameFormat::bgr, lesson08::DType::f32);
+  std::printf("   GPU busy, batch 1, %d streams, graph, FP32 in %8.1f us/frame  %7.0f frames/s\n",
+              o.workers, gpu_f32, fps_from_us(gpu_f32));
   std::vector<int> batches = {4, 16, 32};
   std::vector<double> gpu_batched;
   for (int b : batches) {
@@ -272,6 +280,13 @@ int run(Options o) {
     c.release_by_callback = true;
     add(std::to_string(o.workers) + " workers + graphs, host-func release", c,
         overlapped(gpu_for(o.workers, true)));
+  }
+  {  // the input tensor's type
+    PipelineConfig c = base;
+    c.workers = o.workers;
+    c.graphs = true;
+    c.input_dtype = lesson08::DType::f32;
+    add(std::to_string(o.workers) + " workers + graphs, FP32 input", c, overlapped(gpu_f32));
   }
   {  // the decoder's format
     PipelineConfig c = nv12;

@@ -78,11 +78,13 @@ __global__ void reset_boxes_kernel(int* boxes, int count) {
 // One block per (row y, image b). Each thread keeps its own min/max x per class over its
 // columns, the block combines them in shared memory, and one thread per class does the four
 // global atomics: 4 per class per row instead of one per matching pixel.
-__global__ void find_class_boxes_kernel(const float* __restrict__ input, int width, int height,
+// T: float or __half, the engine's input type (widened exactly to float before the compare).
+template <class T>
+__global__ void find_class_boxes_kernel(const T* __restrict__ input, int width, int height,
                                         Palette palette, int* boxes) {
   const int y = blockIdx.x, b = blockIdx.y;
   const std::size_t plane = static_cast<std::size_t>(width) * height;
-  const float* image = input + static_cast<std::size_t>(b) * 3 * plane;
+  const T* image = input + static_cast<std::size_t>(b) * 3 * plane;
   __shared__ int row_min[kMaxClasses], row_max[kMaxClasses];
   if (threadIdx.x < kMaxClasses) {
     row_min[threadIdx.x] = INT_MAX;
@@ -96,7 +98,8 @@ __global__ void find_class_boxes_kernel(const float* __restrict__ input, int wid
   }
   for (int x = threadIdx.x; x < width; x += blockDim.x) {
     const std::size_t i = static_cast<std::size_t>(y) * width + x;
-    const float r = image[i], g = image[plane + i], bl = image[2 * plane + i];
+    const float r = static_cast<float>(image[i]), g = static_cast<float>(image[plane + i]),
+                bl = static_cast<float>(image[2 * plane + i]);
     for (int c = 0; c < palette.classes; ++c) {
       if (fabsf(r - palette.rgb[c][0]) <= palette.tolerance &&
           fabsf(g - palette.rgb[c][1]) <= palette.tolerance &&
@@ -208,6 +211,9 @@ ColorEngine::ColorEngine(const ColorEngineOptions& o) : options_(o) {
     throw std::invalid_argument("ColorEngine: num_candidates must be >= num_classes x " +
                                 std::to_string(kAnchorsPerClass));
   }
+  if (o.input_dtype != lesson08::DType::f32 && o.input_dtype != lesson08::DType::f16) {
+    throw std::invalid_argument("ColorEngine: input_dtype must be f32 or f16");
+  }
   if (!(std::isfinite(o.gflop_per_frame) && o.gflop_per_frame >= 0)) {
     throw std::invalid_argument("ColorEngine: gflop_per_frame must be finite and >= 0");
   }
@@ -272,8 +278,16 @@ bool ColorEngine::enqueue(cudaStream_t stream) {
   const int count = batch_ * classes * 4;
   reset_boxes_kernel<<<(count + 255) / 256, 256, 0, stream>>>(boxes_.data(), count);
   CUDA_CHECK_LAUNCH();
-  find_class_boxes_kernel<<<dim3(options_.input.height, batch_), kRowThreads, 0, stream>>>(
-      input_, options_.input.width, options_.input.height, make_palette(classes), boxes_.data());
+  const dim3 rows(static_cast<unsigned>(options_.input.height), static_cast<unsigned>(batch_));
+  if (options_.input_dtype == lesson08::DType::f16) {
+    find_class_boxes_kernel<<<rows, kRowThreads, 0, stream>>>(
+        static_cast<const __half*>(input_), options_.input.width, options_.input.height,
+        make_palette(classes), boxes_.data());
+  } else {
+    find_class_boxes_kernel<<<rows, kRowThreads, 0, stream>>>(
+        static_cast<const float*>(input_), options_.input.width, options_.input.height,
+        make_palette(classes), boxes_.data());
+  }
   CUDA_CHECK_LAUNCH();
   const int n = options_.num_candidates;
   write_output_kernel<<<dim3((n + 255) / 256, batch_), 256, 0, stream>>>(
@@ -342,7 +356,9 @@ EngineSpec color_engine_spec(const PipelineConfig& config, double gflop_per_fram
   EngineSpec spec;
   spec.shape = {config.batch, 3, config.input_height, config.input_width};
   ColorEngineOptions options;
+  spec.input_dtype = config.input_dtype;
   options.input = spec.shape;
+  options.input_dtype = config.input_dtype;
   options.num_classes = config.num_classes;
   options.gflop_per_frame = gflop_per_frame;
   spec.make = [options](int) { return std::make_unique<ColorEngine>(options); };
@@ -353,6 +369,7 @@ EngineSpec failing_engine_spec(const PipelineConfig& config, std::int64_t fail_f
   EngineSpec spec = color_engine_spec(config, 0.0);
   ColorEngineOptions options;
   options.input = spec.shape;
+  options.input_dtype = config.input_dtype;
   options.num_classes = config.num_classes;
   options.gflop_per_frame = 0.0;
   spec.make = [options, fail_frame](int) {
@@ -365,6 +382,7 @@ EngineSpec faulting_engine_spec(const PipelineConfig& config, int fault_on_run) 
   EngineSpec spec = color_engine_spec(config, 0.0);
   ColorEngineOptions options;
   options.input = spec.shape;
+  options.input_dtype = config.input_dtype;
   options.num_classes = config.num_classes;
   options.gflop_per_frame = 0.0;
   spec.make = [options, fault_on_run](int) {
@@ -443,15 +461,32 @@ int geometry_of(const PipelineConfig& c, const FrameSize& size) {
   return size == FrameSize{c.frame_width, c.frame_height, c.format} ? 0 : 1;
 }
 
+std::size_t dtype_bytes(lesson08::DType t) {
+  return t == lesson08::DType::f16 ? sizeof(__half) : sizeof(float);
+}
+
 // The device side of one batch: what one worker's buffer set holds.
 struct BufferSet {
   course::DeviceBuffer<std::uint8_t> frames;  // [B] frames of max_frame_bytes, uint8 BGR rows
-  course::DeviceBuffer<float> input;          // [B, 3, in_h, in_w]
+  course::DeviceBuffer<std::uint8_t> input;   // [B, 3, in_h, in_w] of input_dtype
   course::DeviceBuffer<float> output;         // [B, 4 + C, N]
   std::size_t frame_stride = 0;               // bytes from one image of `frames` to the next
-  // [geometry][i]: image i's postprocessor, whose letterbox maps boxes back to the source size
-  // (geometry_of); geometry 1's are made when the first frame of the new size arrives.
-  std::vector<std::unique_ptr<lesson08::GpuPostprocessor>> post[2];
+  lesson08::DType input_dtype = lesson08::DType::f16;
+  // Lesson 08's batched postprocess: one launch sequence for the whole batch, its results in
+  // EfficientNMS_TRT's four tensors (what an engine that ends in that plugin leaves in device
+  // memory), copied to pinned host memory.
+  std::unique_ptr<lesson08::BatchedPostprocessor> post;
+  // The letterboxes that map each image's boxes back to its frame: (B + 1) rows of B, row k =
+  // k frames of the first size, then B - k of the resize size. A batch's frames are consecutive
+  // (the ring hands out slots in frame order), so a batch that straddles the resize is row k's
+  // prefix. Made at setup from the config: nothing is allocated when the size changes.
+  course::DeviceBuffer<Letterbox> letterboxes;
+  int max_detections = 0;                     // K
+  course::DeviceBuffer<int> num_detections;   // [B]
+  course::DeviceBuffer<float> boxes, scores;  // [B, K, 4], [B, K]
+  course::DeviceBuffer<int> classes;          // [B, K]
+  course::PinnedBuffer<int> host_num, host_classes;
+  course::PinnedBuffer<float> host_boxes, host_scores;
   std::unique_ptr<course::Event> start, copied, letterboxed, engined, done;
   std::vector<lesson08::GraphExec> graphs;          // [b]: the graph for a batch of b
   std::vector<std::vector<FrameSize>> graph_sizes;  // [b]: the frame sizes graphs[b] replays
@@ -460,32 +495,95 @@ struct BufferSet {
   bool busy = false;
 };
 
+// Allocates a buffer set for batches of up to config.batch frames (on the current device; the
+// constructors use the legacy stream, so hold legacy_work_mutex).
+void allocate_buffer_set(BufferSet& set, const PipelineConfig& c, const lesson08::OutputSpec& out,
+                         lesson08::DType input_dtype) {
+  const std::size_t batch = static_cast<std::size_t>(c.batch);
+  set.frame_stride = max_frame_bytes(c);
+  set.frames = course::DeviceBuffer<std::uint8_t>(set.frame_stride * batch);
+  set.input_dtype = input_dtype;
+  set.input = course::DeviceBuffer<std::uint8_t>(3 * static_cast<std::size_t>(c.input_height) *
+                                                 c.input_width * dtype_bytes(input_dtype) * batch);
+  set.output = course::DeviceBuffer<float>(out.elements() * batch);
+  const Letterbox first =
+      course::make_letterbox(c.frame_width, c.frame_height, c.input_width, c.input_height);
+  const Letterbox second =
+      c.resize_at >= 0
+          ? course::make_letterbox(c.resize_width, c.resize_height, c.input_width, c.input_height)
+          : first;
+  std::vector<Letterbox> table;
+  for (int k = 0; k <= c.batch; ++k) {
+    for (int i = 0; i < c.batch; ++i) table.push_back(i < k ? first : second);
+  }
+  set.letterboxes = course::to_device(table);
+  set.post = std::make_unique<lesson08::BatchedPostprocessor>(
+      lesson08::BatchSpec{out, c.batch}, std::vector<Letterbox>{first}, c.post);
+  const std::size_t k = static_cast<std::size_t>(c.post.max_detections);
+  set.max_detections = c.post.max_detections;
+  set.num_detections = course::DeviceBuffer<int>(batch);
+  set.boxes = course::DeviceBuffer<float>(batch * k * 4);
+  set.scores = course::DeviceBuffer<float>(batch * k);
+  set.classes = course::DeviceBuffer<int>(batch * k);
+  set.host_num = course::PinnedBuffer<int>(batch);
+  set.host_boxes = course::PinnedBuffer<float>(batch * k * 4);
+  set.host_scores = course::PinnedBuffer<float>(batch * k);
+  set.host_classes = course::PinnedBuffer<int>(batch * k);
+}
+
+// The row of BufferSet::letterboxes for a batch of these sizes: how many lead with the first
+// size. Throws std::logic_error if a frame of the first size follows one of the resize size
+// (the ring's frame order makes that impossible).
+int letterbox_row(const PipelineConfig& c, const std::vector<FrameSize>& sizes) {
+  int k = 0;
+  while (k < static_cast<int>(sizes.size()) && geometry_of(c, sizes[k]) == 0) ++k;
+  for (std::size_t i = static_cast<std::size_t>(k); i < sizes.size(); ++i) {
+    if (geometry_of(c, sizes[i]) == 0) {
+      throw std::logic_error("a batch holds a frame of the first size after a resized one");
+    }
+  }
+  return k;
+}
+
 // A packed NV12 frame at `frame` (device memory): its Y plane, then its U V plane.
 lesson06::Nv12View nv12_view_of(const std::uint8_t* frame, const FrameSize& size) {
   const std::size_t w = static_cast<std::size_t>(size.width);
   return {frame, frame + w * size.height, size.width, size.height, w, w};
 }
 
-// The per-frame device sequence of a batch of sizes.size() frames already in set.frames.
+// The per-frame device sequence of a batch of sizes.size() frames already in set.frames:
+// letterbox (lesson 06, v6 batched: one launch), the engine, the batched postprocess (lesson 08:
+// one launch sequence) into the EfficientNMS tensors, and their copy to the pinned host buffers.
 void enqueue_device_work(BufferSet& set, Engine& engine, const PipelineConfig& c,
                          const std::vector<FrameSize>& sizes, std::size_t out_elems,
                          cudaStream_t stream, bool mark) {
   const int b = static_cast<int>(sizes.size());
+  const bool half = set.input_dtype == lesson08::DType::f16;
+  __half* in16 = reinterpret_cast<__half*>(set.input.data());
+  float* in32 = reinterpret_cast<float*>(set.input.data());
   if (c.format == FrameFormat::nv12) {  // lesson 06's NV12 letterbox: colours converted on the GPU
     std::vector<lesson06::Nv12View> views;
     for (int i = 0; i < b; ++i) {
       views.push_back(nv12_view_of(set.frames.data() + i * set.frame_stride, sizes[i]));
     }
-    lesson06::letterbox_nv12_v6_batched(views, set.input.data(), c.input_width, c.input_height,
-                                        lesson06::YuvMatrix::bt601, {}, stream);
+    if (half) {
+      lesson06::letterbox_nv12_v6_batched(views, in16, c.input_width, c.input_height,
+                                          lesson06::YuvMatrix::bt601, {}, stream);
+    } else {
+      lesson06::letterbox_nv12_v6_batched(views, in32, c.input_width, c.input_height,
+                                          lesson06::YuvMatrix::bt601, {}, stream);
+    }
   } else {
     std::vector<lesson06::ImageView> views;
     for (int i = 0; i < b; ++i) {
       views.push_back({set.frames.data() + i * set.frame_stride, sizes[i].width, sizes[i].height, 3,
                        static_cast<std::size_t>(sizes[i].width) * 3});
     }
-    lesson06::letterbox_v4_batched(views, set.input.data(), c.input_width, c.input_height, {},
-                                   stream);
+    if (half) {
+      lesson06::letterbox_v6_batched(views, in16, c.input_width, c.input_height, {}, stream);
+    } else {
+      lesson06::letterbox_v4_batched(views, in32, c.input_width, c.input_height, {}, stream);
+    }
   }
   if (mark) set.letterboxed->record(stream);
   engine.set_batch(b);
@@ -495,10 +593,31 @@ void enqueue_device_work(BufferSet& set, Engine& engine, const PipelineConfig& c
     throw PipelineError("Engine::enqueue returned false", -1, "engine");
   }
   if (mark) set.engined->record(stream);
-  for (int i = 0; i < b; ++i) {
-    set.post[geometry_of(c, sizes[i])][i]->enqueue(set.output.data() + i * out_elems, out_elems,
-                                                   stream);
-  }
+  lesson08::BatchRun run;
+  run.images = b;
+  run.letterboxes = set.letterboxes.data() + static_cast<std::size_t>(letterbox_row(c, sizes)) *
+                                                 static_cast<std::size_t>(c.batch);
+  run.copy_results = false;  // the host reads the four tensors below instead
+  set.post->enqueue(set.output.data(), static_cast<std::size_t>(b) * out_elems, stream, run);
+  set.post->write_efficient_nms(
+      {set.num_detections.data(), set.boxes.data(), set.scores.data(), set.classes.data()}, stream);
+  const std::size_t n = static_cast<std::size_t>(b),
+                    k = static_cast<std::size_t>(set.max_detections);
+  CUDA_CHECK(cudaMemcpyAsync(set.host_num.data(), set.num_detections.data(), n * sizeof(int),
+                             cudaMemcpyDeviceToHost, stream));
+  CUDA_CHECK(cudaMemcpyAsync(set.host_boxes.data(), set.boxes.data(), n * k * 4 * sizeof(float),
+                             cudaMemcpyDeviceToHost, stream));
+  CUDA_CHECK(cudaMemcpyAsync(set.host_scores.data(), set.scores.data(), n * k * sizeof(float),
+                             cudaMemcpyDeviceToHost, stream));
+  CUDA_CHECK(cudaMemcpyAsync(set.host_classes.data(), set.classes.data(), n * k * sizeof(int),
+                             cudaMemcpyDeviceToHost, stream));
+}
+
+// Image i's detections from the copied EfficientNMS tensors (call once `done` has completed).
+std::vector<lesson08::Detection> detections_of(const BufferSet& set, int i) {
+  return lesson08::detections_of({set.max_detections, set.host_num.data(), set.host_boxes.data(),
+                                  set.host_scores.data(), set.host_classes.data()},
+                                 i);
 }
 
 class Worker {
@@ -573,6 +692,10 @@ class Worker {
       throw std::invalid_argument(engine_->name() +
                                   ": the engine's input shape is not the one its spec announced");
     }
+    if (engine_->input_dtype() != spec_.input_dtype) {
+      throw std::invalid_argument(engine_->name() +
+                                  ": the engine's input type is not the one its spec announced");
+    }
     const lesson08::OutputSpec out = engine_->output_spec();
     out_elems_ = out.elements();
     out_ = out;
@@ -581,15 +704,9 @@ class Worker {
     // The two events this thread waits on: with blocking_sync, a wait yields the CPU (the
     // thread sleeps until the driver wakes it) instead of spinning on the event.
     const unsigned wait_flags = flags | (c_.blocking_sync ? cudaEventBlockingSync : 0u);
-    const std::size_t fb = max_frame_bytes(c_);
-    const std::size_t in_elems = static_cast<std::size_t>(3) * c_.input_height * c_.input_width;
     sets_.resize(static_cast<std::size_t>(c_.inflight));
     for (BufferSet& set : sets_) {
-      set.frames = course::DeviceBuffer<std::uint8_t>(fb * c_.batch);
-      set.frame_stride = fb;
-      set.input = course::DeviceBuffer<float>(in_elems * c_.batch);
-      set.output = course::DeviceBuffer<float>(out_elems_ * c_.batch);
-      make_postprocessors(set, 0);
+      allocate_buffer_set(set, c_, out_, spec_.input_dtype);
       set.start = std::make_unique<course::Event>(flags);
       set.copied = std::make_unique<course::Event>(wait_flags);
       set.letterboxed = std::make_unique<course::Event>(flags);
@@ -625,18 +742,6 @@ class Worker {
       }
     }
     compute_->synchronize();
-  }
-
-  // Image i's postprocessors for geometry g, images [0, c_.batch), made once.
-  void make_postprocessors(BufferSet& set, int g) {
-    if (!set.post[g].empty()) return;
-    const FrameSize size = g == 0 ? FrameSize{c_.frame_width, c_.frame_height, c_.format}
-                                  : FrameSize{c_.resize_width, c_.resize_height, c_.format};
-    const Letterbox lb =
-        course::make_letterbox(size.width, size.height, c_.input_width, c_.input_height);
-    for (int i = 0; i < c_.batch; ++i) {
-      set.post[g].push_back(std::make_unique<lesson08::GpuPostprocessor>(out_, lb, c_.post));
-    }
   }
 
   // The graph of a batch of sizes.size() frames of these sizes. If one was captured for other
@@ -733,14 +838,7 @@ class Worker {
     set.busy = true;  // from here on the slots are ours until released
     // Each frame's size, from the frame (a camera may change resolution mid-stream).
     set.sizes.clear();
-    for (const SlotRing::Taken& t : set.taken) {
-      set.sizes.push_back(frame_size(c_, t.frame));
-      if (geometry_of(c_, set.sizes.back()) == 1 && set.post[1].empty()) {
-        stage_ = "new frame size: postprocessors";
-        std::lock_guard<std::mutex> lock(legacy_work_mutex(device()));
-        make_postprocessors(set, 1);
-      }
-    }
+    for (const SlotRing::Taken& t : set.taken) set.sizes.push_back(frame_size(c_, t.frame));
     engine_->set_batch_frames(ids.data(), b);
     cudaStream_t copy = copy_ ? copy_->get() : compute_->get();
     stage_ = "H2D";
@@ -837,7 +935,7 @@ class Worker {
       r.frame = set.taken[i].frame;
       r.worker = index_;
       r.batch = b;
-      r.detections = set.post[geometry_of(c_, set.sizes[i])][i]->result().detections;
+      r.detections = detections_of(set, i);
       r.latency_us = us_between(set.taken[i].captured, now);
       results.push_back(std::move(r));
     }
@@ -907,11 +1005,22 @@ void check_device_ordinals(const PipelineConfig& config) {
   CUDA_CHECK(cudaGetDeviceCount(&count));
   validate_devices(config, count);
 }
+
+// The engine spec against the config: its input shape (validate_engine_shape) and type.
+void validate_engine(const PipelineConfig& config, const EngineSpec& engine) {
+  validate_engine_shape(config, engine.shape);
+  if (engine.input_dtype != config.input_dtype) {
+    throw std::invalid_argument(
+        std::string("the engine's input tensor is ") + lesson08::to_string(engine.input_dtype) +
+        ", the pipeline's letterbox writes " + lesson08::to_string(config.input_dtype) +
+        ": set PipelineConfig::input_dtype to the engine's");
+  }
+}
 }  // namespace
 
 RunReport run_pipeline(const PipelineConfig& config, const EngineSpec& engine) {
   validate(config);
-  validate_engine_shape(config, engine.shape);
+  validate_engine(config, engine);
   if (!engine.make) throw std::invalid_argument("run_pipeline: the EngineSpec has no factory");
   check_device_ordinals(config);
 
@@ -1120,7 +1229,7 @@ RunReport run_serial_tutorial(const PipelineConfig& config, const EngineSpec& sp
   c.workers = 1;
   c.resize_at = -1;  // one frame size: the tutorial loop is the baseline, not the resize study
   validate(c);
-  validate_engine_shape(c, spec.shape);
+  validate_engine(c, spec);
   check_device_ordinals(c);
   bind_worker_device(c.devices.front());
   const SyntheticVideo video(c.frame_width, c.frame_height, c.num_classes, c.format);
@@ -1131,7 +1240,11 @@ RunReport run_serial_tutorial(const PipelineConfig& config, const EngineSpec& sp
   const Letterbox lb =
       course::make_letterbox(c.frame_width, c.frame_height, c.input_width, c.input_height);
   course::DeviceBuffer<std::uint8_t> d_frame(video.frame_bytes());
-  course::DeviceBuffer<float> input(static_cast<std::size_t>(3) * c.input_height * c.input_width);
+  const bool half = c.input_dtype == lesson08::DType::f16;
+  course::DeviceBuffer<std::uint8_t> input(static_cast<std::size_t>(3) * c.input_height *
+                                           c.input_width * dtype_bytes(c.input_dtype));
+  __half* in16 = reinterpret_cast<__half*>(input.data());
+  float* in32 = reinterpret_cast<float*>(input.data());
   course::DeviceBuffer<float> output(out.elements());
   lesson08::GpuPostprocessor post(out, lb, c.post);
   const lesson06::ImageView view{d_frame.data(), c.frame_width, c.frame_height, 3,
@@ -1156,11 +1269,16 @@ RunReport run_serial_tutorial(const PipelineConfig& config, const EngineSpec& sp
     // they had arrived on the H200 (wrong boxes, the tutorial bug this lesson exists to show).
     CUDA_CHECK(cudaMemcpyAsync(d_frame.data(), frame.data(), frame.size(), cudaMemcpyHostToDevice,
                                stream));
-    if (c.format == FrameFormat::nv12) {
-      lesson06::letterbox_nv12_v5(nv12_view, input.data(), c.input_width, c.input_height,
+    if (c.format == FrameFormat::nv12 && half) {
+      lesson06::letterbox_nv12_v5(nv12_view, in16, c.input_width, c.input_height,
                                   lesson06::YuvMatrix::bt601, {}, stream);
+    } else if (c.format == FrameFormat::nv12) {
+      lesson06::letterbox_nv12_v5(nv12_view, in32, c.input_width, c.input_height,
+                                  lesson06::YuvMatrix::bt601, {}, stream);
+    } else if (half) {  // lesson 06's FP16 output is its batched v6 (here a batch of one)
+      lesson06::letterbox_v6_batched({view}, in16, c.input_width, c.input_height, {}, stream);
     } else {
-      lesson06::letterbox_v3_vec4(view, input.data(), c.input_width, c.input_height, {}, stream);
+      lesson06::letterbox_v3_vec4(view, in32, c.input_width, c.input_height, {}, stream);
     }
     engine->set_batch(1);
     engine->set_input(input.data());
@@ -1213,7 +1331,7 @@ double measure_gpu_us_per_frame(const PipelineConfig& config, const EngineSpec& 
   c.queue_depth = std::max(c.queue_depth, batch);
   c.resize_at = -1;  // the first frame size
   validate(c);
-  validate_engine_shape(c, spec.shape);
+  validate_engine(c, spec);
   if (reps < 1) throw std::invalid_argument("measure_gpu_us_per_frame: reps must be >= 1");
   if (streams < 1 || streams > 64) {
     throw std::invalid_argument("measure_gpu_us_per_frame: streams must be in [1, 64], got " +
@@ -1221,8 +1339,6 @@ double measure_gpu_us_per_frame(const PipelineConfig& config, const EngineSpec& 
   }
   check_device_ordinals(c);
   bind_worker_device(c.devices.front());
-  const Letterbox lb =
-      course::make_letterbox(c.frame_width, c.frame_height, c.input_width, c.input_height);
   const SyntheticVideo video(c.frame_width, c.frame_height, c.num_classes, c.format);
   // One lane per stream, as one worker's compute side: its stream, engine and buffers.
   struct Lane {
@@ -1240,18 +1356,11 @@ double measure_gpu_us_per_frame(const PipelineConfig& config, const EngineSpec& 
     lane->engine = spec.make(l);
     const lesson08::OutputSpec out = lane->engine->output_spec();
     BufferSet& set = lane->set;
-    set.frames = course::DeviceBuffer<std::uint8_t>(video.frame_bytes() * batch);
-    set.frame_stride = video.frame_bytes();
-    set.input = course::DeviceBuffer<float>(static_cast<std::size_t>(3) * c.input_height *
-                                            c.input_width * batch);
-    set.output = course::DeviceBuffer<float>(out.elements() * batch);
-    for (int i = 0; i < batch; ++i) {
-      set.post[0].push_back(std::make_unique<lesson08::GpuPostprocessor>(out, lb, c.post));
-    }
+    allocate_buffer_set(set, c, out, spec.input_dtype);
     set.graphs.resize(static_cast<std::size_t>(batch) + 1);
     for (int i = 0; i < batch; ++i) {  // real frames, so that the engine and NMS do real work
       video.render(i, host.data(), video.row_bytes());
-      CUDA_CHECK(cudaMemcpy(set.frames.data() + i * host.size(), host.data(), host.size(),
+      CUDA_CHECK(cudaMemcpy(set.frames.data() + i * set.frame_stride, host.data(), host.size(),
                             cudaMemcpyHostToDevice));
     }
     const std::size_t out_elems = out.elements();

@@ -34,8 +34,11 @@ namespace lesson09 {
 
 // The shape of TensorRT's IExecutionContext (not TensorRT: it is not packaged for the machines
 // this course is tested on; README.md shows where it goes):
+//   input_dtype()       ICudaEngine::getTensorDataType("images"): f16 (an FP16 input binding,
+//                       what FP16 engines are built with) or f32
 //   set_batch(b)        IExecutionContext::setInputShape("images", {b, 3, H, W})
-//   set_input(ptr)      setTensorAddress("images", ptr)     device [b, 3, H, W] float RGB
+//   set_input(ptr)      setTensorAddress("images", ptr)     device [b, 3, H, W] RGB planar, of
+//                       input_dtype() (__half or float)
 //   set_output(ptr)     setTensorAddress("output0", ptr)    device [b, 4 + C, N] float (YOLOv8)
 //   enqueue(stream)     enqueueV3(stream): asynchronous, no host synchronisation; false on
 //                       failure (as enqueueV3 returns false)
@@ -46,8 +49,9 @@ class Engine {
   virtual ~Engine() = default;
   virtual TensorShape input_shape() const = 0;           // the largest batch it was built for
   virtual lesson08::OutputSpec output_spec() const = 0;  // one image's output: [4 + C, N]
+  virtual lesson08::DType input_dtype() const = 0;       // the input tensor's element type
   virtual void set_batch(int batch) = 0;                 // 1 <= batch <= input_shape().batch
-  virtual void set_input(const float* device_input) = 0;
+  virtual void set_input(const void* device_input) = 0;
   virtual void set_output(float* device_output) = 0;
   virtual bool enqueue(cudaStream_t stream) = 0;
   // Which frames the next enqueue holds (a host-side hook, called before it: logging; the
@@ -82,10 +86,11 @@ constexpr double kDefaultGflopPerFrame = 8.7;
 constexpr int kGemmSide = 1024;
 
 struct ColorEngineOptions {
-  TensorShape input{};                             // max batch, 3, H, W
-  int num_classes = 4;                             // 1..kMaxClasses
-  int num_candidates = kCandidates;                // >= num_classes * kAnchorsPerClass
-  double gflop_per_frame = kDefaultGflopPerFrame;  // >= 0
+  TensorShape input{};                                 // max batch, 3, H, W
+  lesson08::DType input_dtype = lesson08::DType::f16;  // f16 (__half) or f32 (float)
+  int num_classes = 4;                                 // 1..kMaxClasses
+  int num_candidates = kCandidates;                    // >= num_classes * kAnchorsPerClass
+  double gflop_per_frame = kDefaultGflopPerFrame;      // >= 0
 };
 
 class ColorEngine : public Engine {
@@ -98,8 +103,9 @@ class ColorEngine : public Engine {
 
   TensorShape input_shape() const override { return options_.input; }
   lesson08::OutputSpec output_spec() const override;
+  lesson08::DType input_dtype() const override { return options_.input_dtype; }
   void set_batch(int batch) override;
-  void set_input(const float* device_input) override { input_ = device_input; }
+  void set_input(const void* device_input) override { input_ = device_input; }
   void set_output(float* device_output) override { output_ = device_output; }
   bool enqueue(cudaStream_t stream) override;
   std::string name() const override { return "ColorEngine"; }
@@ -111,7 +117,7 @@ class ColorEngine : public Engine {
   ColorEngineOptions options_;
   int batch_ = 1;
   int gemms_ = 0;
-  const float* input_ = nullptr;
+  const void* input_ = nullptr;
   float* output_ = nullptr;
   course::DeviceBuffer<int> boxes_;  // [B][C][4] min x, min y, max x, max y (pixel indices)
   course::DeviceBuffer<float> weights_, act0_, act1_, act2_;  // the stand-in's operands
@@ -154,6 +160,7 @@ class FaultingEngine : public ColorEngine {
 struct EngineSpec {
   TensorShape shape{};
   std::function<std::unique_ptr<Engine>(int worker)> make;
+  lesson08::DType input_dtype = lesson08::DType::f16;  // must equal PipelineConfig::input_dtype
 };
 EngineSpec color_engine_spec(const PipelineConfig& config, double gflop_per_frame);
 EngineSpec failing_engine_spec(const PipelineConfig& config, std::int64_t fail_frame);

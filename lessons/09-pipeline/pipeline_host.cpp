@@ -452,6 +452,11 @@ void validate(const PipelineConfig& c) {
           "NV12 frames need an even width and height (each 2x2 block shares its U and V), got " +
               size_text(c.frame_width, c.frame_height) +
               (c.resize_at >= 0 ? " and " + size_text(c.resize_width, c.resize_height) : ""));
+  require(c.input_dtype == lesson08::DType::f32 || c.input_dtype == lesson08::DType::f16,
+          "input_dtype must be f32 or f16");
+  require(c.post.nms != lesson08::NmsVersion::v1_fast_parallel,
+          "post.nms must be greedy (v2_bitmask_greedy or v3_bitmask_smem): the workers run "
+          "lesson 08's batched postprocess, which has no v1");
   require(c.frames >= 0, "frames must be >= 0, got " + std::to_string(c.frames));
   require(std::isfinite(c.rate_fps) && c.rate_fps >= 0,
           "rate_fps must be finite and >= 0 (0: closed loop), got " + std::to_string(c.rate_fps));

@@ -261,6 +261,10 @@ struct PipelineConfig {
   std::int64_t resize_at = -1;
   int resize_width = 1280, resize_height = 720;
   int input_width = 640, input_height = 640;  // the network input
+  // The input tensor's element type, which the engine's input binding fixes (EngineSpec): f16,
+  // what an engine built in FP16 takes (the letterbox writes half the bytes and the engine reads
+  // half), or f32.
+  lesson08::DType input_dtype = lesson08::DType::f16;
   int num_classes = 4;
   // The camera's frames: bgr, or nv12 as a hardware decoder writes them (half the bytes to
   // upload; lesson 06's NV12 letterbox converts the colours on the GPU).
@@ -301,8 +305,9 @@ struct PipelineConfig {
 // < 0 or not finite, queue_depth < batch (a batch could never fill... and < 1), inflight not 1
 // or 2, a frame, resize or input size outside [1, kMaxImageDimension] (or a frame too small for
 // the synthetic video), resize_at < -1, num_classes outside [1, kMaxClasses], frames < 0,
-// rate_fps < 0 or not finite, an nv12 frame or resize size that is not even, and a postprocess
-// config lesson 08's validate() rejects.
+// rate_fps < 0 or not finite, an nv12 frame or resize size that is not even, an input_dtype
+// other than f32 or f16, and a postprocess config lesson 08's validate() rejects or whose NMS
+// is not greedy (v2 or v3: the batched postprocess's).
 void validate(const PipelineConfig& config);
 
 // The frame size of frame k of a run: frame_width x frame_height, or the resize size from

@@ -464,6 +464,8 @@ TEST_CASE("bad configurations raise invalid_argument before any thread starts", 
   bad([](PipelineConfig& c) { c.rate_fps = -5; }, "rate_fps");
   bad([](PipelineConfig& c) { c.frames = -1; }, "frames");
   bad([](PipelineConfig& c) { c.post.conf_threshold = 2; }, "conf");
+  bad([](PipelineConfig& c) { c.post.nms = lesson08::NmsVersion::v1_fast_parallel; }, "greedy");
+  bad([](PipelineConfig& c) { c.input_dtype = static_cast<lesson08::DType>(7); }, "input_dtype");
   bad(
       [](PipelineConfig& c) {
         c.frame_width = 100;
@@ -494,6 +496,12 @@ TEST_CASE("bad configurations raise invalid_argument before any thread starts", 
                          Contains("does not match"));
     CHECK_THROWS_AS(run_pipeline(good, EngineSpec{s, nullptr}), std::invalid_argument);
   }
+  // An engine whose input tensor has another type than the letterbox writes.
+  EngineSpec f32_engine{TensorShape{1, 3, 640, 640}, nullptr, lesson08::DType::f32};
+  CHECK_THROWS_AS_WITH(run_pipeline(good, f32_engine), std::invalid_argument,
+                       Contains("set PipelineConfig::input_dtype"));
+  CHECK_THROWS_AS_WITH(run_serial_tutorial(good, f32_engine), std::invalid_argument,
+                       Contains("input tensor is f32"));
   good.batch = 4;
   CHECK_THROWS_AS(validate_engine_shape(good, TensorShape{2, 3, 640, 640}), std::invalid_argument);
   CHECK_NOTHROW(validate_engine_shape(good, TensorShape{8, 3, 640, 640}));
@@ -722,7 +730,10 @@ TEST_CASE("the timeline exports as Chrome trace-event JSON", "[trace]") {
 // ------------------------------------------------------------------------- GPU: the engine
 
 TEST_CASE("ColorEngine finds every object of a letterboxed frame", "[gpu]") {
+  const lesson08::DType input = GENERATE(lesson08::DType::f16, lesson08::DType::f32);
+  INFO("input " << lesson08::to_string(input));
   PipelineConfig c;
+  c.input_dtype = input;
   c.workers = 1;
   c.frames = 24;
   c.graphs = false;
@@ -771,7 +782,11 @@ TEST_CASE("blocking-sync waits and slots released by a host function: every fram
 TEST_CASE("NV12 frames through lesson 06's NV12 letterbox: every frame once and right", "[gpu]") {
   const int batch = GENERATE(1, 4);
   const bool graphs = GENERATE(false, true);
+  // FP16 (the default) and FP32 input tensors: the letterbox's two outputs, the engine's two
+  // inputs.
+  const lesson08::DType input = GENERATE(lesson08::DType::f16, lesson08::DType::f32);
   PipelineConfig c;
+  c.input_dtype = input;
   c.format = FrameFormat::nv12;
   c.workers = 2;
   c.batch = batch;
@@ -779,7 +794,7 @@ TEST_CASE("NV12 frames through lesson 06's NV12 letterbox: every frame once and 
   c.graphs = graphs;
   c.frames = 160;
   c.resize_at = 80;  // 1080p, then 720p: both sizes, and batches that hold both
-  INFO("batch " << batch << ", graphs " << graphs);
+  INFO("batch " << batch << ", graphs " << graphs << ", input " << lesson08::to_string(input));
   check_every_frame_right(run_pipeline(c, color_engine_spec(c, 0.0)), c);
   if (batch == 1 && !graphs) {
     c.resize_at = -1;
@@ -839,7 +854,9 @@ TEST_CASE("a resolution change mid-stream: every frame right, graphs captured ag
   // slots are sized for the larger); batches may straddle the change (mixed sizes).
   const int to_width = GENERATE(1280, 2560);
   const bool graphs = GENERATE(false, true);
+  const lesson08::DType input = GENERATE(lesson08::DType::f16, lesson08::DType::f32);
   PipelineConfig c;
+  c.input_dtype = input;
   c.workers = 2;
   c.batch = 4;
   c.max_wait_us = 5000;
@@ -853,7 +870,8 @@ TEST_CASE("a resolution change mid-stream: every frame right, graphs captured ag
     c.frame_width = 1280;
     c.frame_height = 720;
   }
-  INFO("to " << c.resize_width << "x" << c.resize_height << ", graphs " << graphs);
+  INFO("to " << c.resize_width << "x" << c.resize_height << ", graphs " << graphs << ", input "
+             << lesson08::to_string(input));
   const RunReport report = run_pipeline(c, color_engine_spec(c, 0.0));
   check_every_frame_right(report, c);
   if (graphs) {

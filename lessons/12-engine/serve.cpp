@@ -53,7 +53,11 @@ class DetectorEngine : public lesson09::Engine {
     }
     batch_ = batch;
   }
-  void set_input(const float* device_input) override { input_ = device_input; }
+  // The engine's input tensor is NCHW float (graph.hpp, kNetworkInput), in every precision.
+  lesson08::DType input_dtype() const override { return lesson08::DType::f32; }
+  void set_input(const void* device_input) override {
+    input_ = static_cast<const float*>(device_input);
+  }
   void set_output(float* device_output) override { output_ = device_output; }
 
   bool enqueue(cudaStream_t stream) override {
@@ -142,8 +146,13 @@ lesson09::EngineSpec detector_engine_spec(const lesson09::PipelineConfig& config
     throw std::invalid_argument(
         "detector_engine_spec: one engine lives on one device; config.devices names several");
   }
+  if (config.input_dtype != lesson08::DType::f32) {
+    throw std::invalid_argument(
+        "detector_engine_spec: the engine's input tensor is FP32; set config.input_dtype to f32");
+  }
   lesson09::EngineSpec spec;
   spec.shape = {p.max_batch, 3, engine->input_h(), engine->input_w()};
+  spec.input_dtype = lesson08::DType::f32;
   const bool eager = !graphs && !config.graphs;
   spec.make = [engine, graphs, eager](int) {
     return std::make_unique<DetectorEngine>(engine, graphs, eager);
@@ -216,6 +225,7 @@ ServeReport serve(const std::shared_ptr<const Engine>& engine, const ServeOption
   int device = 0;
   CUDA_CHECK(cudaGetDevice(&device));
   lesson09::PipelineConfig base;
+  base.input_dtype = lesson08::DType::f32;  // the engine's input tensor
   base.frames = o.frames;
   base.num_classes = o.num_classes;
   base.devices = {device};

@@ -28,6 +28,7 @@ namespace lesson12 {
 // An EngineSpec whose make(worker) gives lesson 09 an engine over `engine`:
 //   input_shape()     [profile max batch, 3, input_h, input_w]
 //   output_spec()     yolov8, N = engine->num_candidates(), C = engine->num_classes()
+//   input_dtype()     f32: config.input_dtype must be f32 too (else std::invalid_argument)
 //   set_batch(b)      ExecutionContext::set_input_shape(b)
 //   set_input(p)      set_tensor_address("images", p)     [b, 3, H, W] float RGB in [0, 1]
 //   set_output(p)     set_tensor_address("output0", p)    [b, 4 + C, N] float

@@ -204,6 +204,7 @@ std::shared_ptr<const Engine> trained_engine() {
 
 lesson09::PipelineConfig short_run() {
   lesson09::PipelineConfig c;
+  c.input_dtype = lesson08::DType::f32;  // the engine's input tensor
   c.frames = 48;
   c.workers = 2;
   c.num_classes = kNumClasses;
