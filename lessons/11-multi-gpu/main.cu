@@ -1,6 +1,7 @@
 // Lesson 11: several GPUs in one process, narrated and measured.
 //
-//   lesson11 [--max-gpus N] [--frames N] [--copy-mib N] [--gemm-size S] [--reps N]
+//   lesson11 [--max-gpus N] [--frames N] [--copy-mib N] [--gemm-size S] [--reps N] [--chunks N]
+//            [--fp16-version V]
 //
 // 1. the devices, the peer-to-peer matrix, `nvidia-smi topo -m`, and each pair's link ceiling
 // 2. the current device, per thread: what a new thread, an allocation, a stream report
@@ -9,8 +10,11 @@
 // 5. replicas of lesson 09's pipeline, one per GPU: frames/s on 1, 2 (and 4) GPUs, every frame
 //    checked, the scaling efficiency
 // 6. a layer's GEMM split over the GPUs with NCCL (column-parallel + all-gather, row-parallel +
-//    all-reduce) against one GPU: agreement and time
-// 7. NCCL all-reduce and all-gather bus bandwidth (nccl-tests' definition) against the link
+//    all-reduce) against one GPU: agreement and time (FP32, lesson 07's SGEMM)
+// 7. the same splits in FP16 on lesson 10's tensor-core GEMM at inference M (1, 32, 256, 4096):
+//    communication against compute, then overlapped (row chunks, GEMM and collective on two
+//    streams), every split checked against an FP64 reference
+// 8. NCCL all-reduce and all-gather bus bandwidth (nccl-tests' definition) against the link
 // With one GPU, what needs two says "needs 2 GPUs: skipped" and the rest runs.
 #include <cuda_runtime_api.h>
 
@@ -18,6 +22,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <string>
 #include <sys/stat.h>
 #include <vector>
@@ -31,14 +36,19 @@
 #include "multi_gpu.cuh"
 #include "multi_gpu_host.hpp"
 #include "replicas.hpp"
+#include "tensor_gemm.cuh"  // lesson 10: NotSupported
 #include "tensor_parallel.hpp"
+#include "tensor_parallel_fp16.hpp"
 
 using namespace lesson11;
 
 namespace {
 
-// Collectives per timed sample in section 7 (nccl-tests' default is 20 iterations).
+// Collectives per timed sample in section 8 (nccl-tests' default is 20 iterations).
 constexpr int kCollectiveIters = 20;
+// Section 7: the layer (N = K = 4096, a 4096-wide transformer's projection) at these M.
+constexpr int kFp16Width = 4096;
+constexpr int kFp16Rows[] = {1, 32, 256, 4096};
 
 struct Options {
   int max_gpus = 64;
@@ -46,6 +56,8 @@ struct Options {
   int copy_mib = 256;
   int gemm_size = 4096;
   int reps = 10;
+  int chunks = 4;
+  int fp16_version = kBestTpGemmVersion;
 };
 
 void skipped(const char* what) {
@@ -277,27 +289,33 @@ int section_replicas(int n, const Options& o) {
   return wrong;
 }
 
+// The group of sections 6-8, or null without NCCL. One host thread per GPU makes its rank's
+// communicator, as a deployment that runs a thread or a process per GPU does; every wait has a
+// deadline and aborts rather than hangs.
+std::unique_ptr<NcclGroup> make_group(int n) {
+  if (!nccl_available()) return nullptr;
+  std::vector<int> devices;
+  for (int d = 0; d < n; ++d) devices.push_back(d);
+  return std::make_unique<NcclGroup>(devices, NcclInit::thread_per_device);
+}
+
 // Returns false if a split left its bound.
-bool section_tensor_parallel(int n, const Options& o, const std::vector<std::vector<Link>>& topo) {
+bool section_tensor_parallel(int n, const Options& o, const NcclGroup* group_or_null) {
   const int S = o.gemm_size;
   std::printf(
       "6. Tensor parallelism: C = A B, %d x %d x %d FP32 (lesson 07's v8 on each GPU), "
       "over %d GPU(s) with NCCL\n",
       S, S, S, n);
-  if (!nccl_available()) {
+  if (group_or_null == nullptr) {
     std::printf("   %s\n\n", nccl_build_note().c_str());
     return true;
   }
+  const NcclGroup& group = *group_or_null;
   const auto A = random_matrix(S, S, 1), B = random_matrix(S, S, 2);
   double one_ms = 0;
   const std::vector<float> one = single_gpu_gemm(0, S, S, S, A, B, o.reps, &one_ms);
   std::printf("   times: host clock, enqueue to every rank done (medians of %d)\n", o.reps);
   std::printf("   one GPU: %.3f ms (%.1f TFLOP/s)\n", one_ms, 2.0 * S * S * S / one_ms / 1e9);
-  std::vector<int> devices;
-  for (int d = 0; d < n; ++d) devices.push_back(d);
-  // One host thread per GPU makes its rank's communicator, as a deployment that runs a thread
-  // or a process per GPU does; every wait has a deadline and aborts rather than hangs.
-  NcclGroup group(devices, NcclInit::thread_per_device);
   std::printf(
       "   %s; NCCL_NVLS_ENABLE=%s%s\n", nccl_build_note().c_str(), group.nvls_setting().c_str(),
       group.nvls_setting() == "0" ? " (NVLink SHARP / multicast off)" : " (set by the user)");
@@ -328,12 +346,123 @@ bool section_tensor_parallel(int n, const Options& o, const std::vector<std::vec
     }
   }
   if (n < 2) skipped("a split over several GPUs (one rank: the GEMM and a one-rank collective)");
+  std::printf("\n");
+  return ok;
+}
 
+// The largest |C - exact| / bound over rows 0, M/2 and M-1 of every rank's C (the first, a
+// middle and the last row chunk), exact and bound from the same FP16 inputs in FP64
+// (fp16_tp_error_bound); above 1 is a failure.
+double fp16_worst_ratio(const TpFp16Result& r, TpMode mode, const std::vector<float>& A,
+                        const std::vector<float>& B, int M, int N, int K, int ranks) {
+  const Partition k_split =
+      mode == TpMode::column_parallel ? partition(K, 1, 1) : partition(K, ranks, kSplitAlign);
+  double worst = 0;
+  for (int m : {0, M / 2, M - 1}) {
+    for (int col = 0; col < N; ++col) {
+      const std::vector<PartialSum> shares = reference_shares(A, B, M, N, K, k_split, m, col);
+      double exact = 0;
+      for (const PartialSum& p : shares) exact += p.exact;
+      const double bound = fp16_tp_error_bound(shares);
+      for (const auto& c : r.c) {
+        const double got = __half2float(c[static_cast<std::size_t>(m) * N + col]);
+        const double ratio = std::fabs(got - exact) / bound;
+        worst = std::max(worst, std::isfinite(ratio) ? ratio : 1e30);
+      }
+    }
+  }
+  return worst;
+}
+
+// Returns false if a split left its bound.
+bool section_fp16(int n, const Options& o, const NcclGroup* group_or_null) {
+  const int N = kFp16Width, K = kFp16Width;
   std::printf(
-      "\n7. NCCL bus bandwidth (nccl-tests: busbw = algbw x 2(n-1)/n all-reduce, "
-      "x (n-1)/n all-gather), %d rank(s)\n   times: as nccl-tests times them: host clock "
-      "around %d back-to-back collectives and one wait, divided by %d; medians of %d\n",
-      n, kCollectiveIters, kCollectiveIters, o.reps);
+      "7. Tensor parallelism in FP16 at inference M: C = A B, M x %d x %d, FP16 in and out (FP32 "
+      "accumulation),\n   lesson 10's tensor-core GEMM on each of %d GPU(s); communication "
+      "against compute, then overlapped in row chunks\n",
+      N, K, n);
+  if (group_or_null == nullptr) {
+    std::printf("   %s\n\n", nccl_build_note().c_str());
+    return true;
+  }
+  const NcclGroup& group = *group_or_null;
+  int version = o.fp16_version;
+  try {
+    if (version == kBestTpGemmVersion) version = best_tp_gemm_version(group);
+  } catch (const lesson10::NotSupported& e) {
+    std::printf("   not supported on this GPU: %s\n\n", e.what());
+    return true;
+  }
+  for (int r = 0; r < n; ++r) {
+    ScopedDevice on(group.device(r));
+    std::string why;
+    if (!lesson10::version_supported(version, lesson10::DType::f16, &why)) {
+      std::printf("   lesson 10's v%d (--fp16-version): not supported on GPU %d: %s\n\n", version,
+                  group.device(r), why.c_str());
+      return true;
+    }
+  }
+  std::printf(
+      "   GEMM: lesson 10's v%d (%s); chunks: %d (--chunks), clamped to M: M = 1 cannot be cut\n"
+      "   times: host clock, enqueue to every rank done (end to end: launches and NCCL's host "
+      "work included), us, medians of %d\n"
+      "   compute: the GEMMs alone; chunked: the same as row chunks; comm: the collective alone "
+      "(column: + assembly);\n   serial: GEMM then collective; overlap: chunk i's collective on "
+      "the group's stream while GEMM i+1 runs on another;\n   ideal: max(compute, comm); "
+      "hidden: (serial - overlap) / comm\n",
+      version, lesson10::version_info(version).name, o.chunks, o.reps);
+  if (n < 2) {
+    std::printf(
+        "   ONE GPU: a group of 1, where each collective is NCCL's single-rank copy (or "
+        "nothing): one GPU cannot show\n   what communication costs, so comm and hidden say "
+        "little here; the multi-GPU numbers need a machine with several GPUs.\n");
+  }
+  std::printf("   %-28s %5s %6s %9s %9s %9s %9s %9s %9s %7s  %s\n", "split", "M", "chunks",
+              "compute", "chunked", "comm", "serial", "overlap", "ideal", "hidden",
+              "check (worst |err| / bound)");
+  bool ok = true;
+  for (TpMode mode : {TpMode::column_parallel, TpMode::row_parallel}) {
+    for (int M : kFp16Rows) {
+      const TpBreakdown t =
+          time_tensor_parallel_fp16(group, mode, M, N, K, o.chunks, o.reps, version);
+      const auto A = to_float(to_half(random_matrix(M, K, 51))),
+                 B = to_float(to_half(random_matrix(K, N, 52)));
+      const TpFp16Result r = tensor_parallel_gemm_fp16(group, mode, M, N, K, to_half(A), to_half(B),
+                                                       o.chunks, version);
+      const double worst = fp16_worst_ratio(r, mode, A, B, M, N, K, n);
+      ok = ok && worst <= 1.0;
+      std::printf("   %-28s %5d %6d %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f %6.0f%%  %s (%.2f)\n",
+                  to_string(mode), M, t.chunks, 1e3 * t.compute_ms, 1e3 * t.compute_chunked_ms,
+                  1e3 * t.comm_ms, 1e3 * t.serial_ms, 1e3 * t.overlapped_ms, 1e3 * t.ideal_ms,
+                  100 * t.hidden, worst <= 1.0 ? "within bound" : "OUTSIDE BOUND", worst);
+      if (n >= 2 && M == 256) {
+        course::add_headline("FP16 TP %s M=256: overlap hides %.0f%% of comm",
+                             mode == TpMode::column_parallel ? "column" : "row", 100 * t.hidden);
+      }
+    }
+  }
+  std::printf("   (check: rows 0, M/2 and M-1 of every rank's C against the FP64 reference)\n");
+  if (n < 2) skipped("communication between GPUs (one rank: a single-rank copy)");
+  std::printf("\n");
+  return ok;
+}
+
+void section_bandwidth(int n, const Options& o, const NcclGroup* group_or_null,
+                       const std::vector<std::vector<Link>>& topo) {
+  std::printf(
+      "8. NCCL bus bandwidth (nccl-tests: busbw = algbw x 2(n-1)/n all-reduce, "
+      "x (n-1)/n all-gather), %d rank(s)\n",
+      n);
+  if (group_or_null == nullptr) {
+    std::printf("   %s\n\n", nccl_build_note().c_str());
+    return;
+  }
+  const NcclGroup& group = *group_or_null;
+  std::printf(
+      "   times: as nccl-tests times them: host clock around %d back-to-back collectives and one "
+      "wait, divided by %d; medians of %d\n",
+      kCollectiveIters, kCollectiveIters, o.reps);
   const Ceiling link = n >= 2 ? link_ceiling(0, 1, topo) : Ceiling{};
   for (Collective kind : {Collective::all_reduce, Collective::all_gather}) {
     for (std::size_t mib : {8, 256}) {
@@ -350,7 +479,6 @@ bool section_tensor_parallel(int n, const Options& o, const std::vector<std::vec
   }
   if (n < 2) std::printf("   one rank: busbw is 0 by definition (nothing crosses a link)\n");
   std::printf("\n");
-  return ok;
 }
 
 int run(const Options& o) {
@@ -363,15 +491,19 @@ int run(const Options& o) {
   section_events(n);
   section_copies(n, o, topo);
   const int wrong = section_replicas(n, o);
-  const bool tp_ok = section_tensor_parallel(n, o, topo);
+  const std::unique_ptr<NcclGroup> group = make_group(n);
+  const bool tp_ok = section_tensor_parallel(n, o, group.get());
+  const bool fp16_ok = section_fp16(n, o, group.get());
+  section_bandwidth(n, o, group.get(), topo);
   if (n < 2) course::add_headline("1 GPU only: multi-GPU parts skipped");
   course::print_headline();
   if (wrong > 0) {
     std::printf("FAILED: %d frames of the replicas were wrong, missing or repeated.\n", wrong);
     return 1;
   }
-  if (!tp_ok) {
-    std::printf("FAILED: a tensor-parallel GEMM left its error bound.\n");
+  if (!tp_ok || !fp16_ok) {
+    std::printf("FAILED: a tensor-parallel GEMM (%s) left its error bound.\n",
+                !tp_ok ? "FP32" : "FP16");
     return 1;
   }
   std::printf(
@@ -386,8 +518,9 @@ int main(int argc, char** argv) {
   Options o;
   CLI::App app{
       "Lesson 11: several GPUs in one process: a device per thread, events across devices,\n"
-      "peer copies, replicas of lesson 09's pipeline per GPU, a GEMM split with NCCL, and NCCL's\n"
-      "bus bandwidth. With one GPU the parts that need two say so and are skipped."};
+      "peer copies, replicas of lesson 09's pipeline per GPU, a GEMM split with NCCL (FP32, and\n"
+      "FP16 at inference M with communication overlapped), and NCCL's bus bandwidth. With one\n"
+      "GPU the parts that need two say so and are skipped."};
   app.add_option("--max-gpus", o.max_gpus, "use at most N GPUs (default: all)")
       ->type_name("N")
       ->check(course::integer_in(1, 64));
@@ -403,5 +536,14 @@ int main(int argc, char** argv) {
   app.add_option("--reps", o.reps, "timed repetitions per measurement, median (default 10)")
       ->type_name("N")
       ->check(course::integer_in(1, 1000));
+  app.add_option("--chunks", o.chunks,
+                 "row chunks of the overlapped FP16 split, clamped to M (default 4; 1: serial)")
+      ->type_name("N")
+      ->check(course::integer_in(1, 64));
+  app.add_option("--fp16-version", o.fp16_version,
+                 "lesson 10's GEMM version for the FP16 split (default 0: the best supported, "
+                 "6 on compute capability 9.0, else 4)")
+      ->type_name("V")
+      ->check(course::integer_in(0, 7));
   return course::lesson_main(app, argc, argv, [&] { return run(o); });
 }

@@ -402,13 +402,8 @@ void all_gather(const NcclGroup& group, const std::vector<const float*>& send,
 #endif
 }
 
-namespace {
-// Median over `reps` samples (after `warmup` untimed ones) of the seconds per step when `iters`
-// calls of step() are enqueued back to back and waited for once (group.synchronize()), host
-// steady clock around the lot, divided by iters (nccl-tests' BenchTime). iters = 1: one step's
-// end-to-end time.
-double median_seconds(const NcclGroup& group, int warmup, int reps, int iters,
-                      const std::function<void()>& step) {
+double median_step_seconds(const NcclGroup& group, int warmup, int reps, int iters,
+                           const std::function<void()>& step) {
   for (int i = 0; i < warmup; ++i) {
     for (int k = 0; k < iters; ++k) step();
     group.synchronize();
@@ -424,6 +419,7 @@ double median_seconds(const NcclGroup& group, int warmup, int reps, int iters,
   return s.empty() ? 0.0 : course::median(s);
 }
 
+namespace {
 // One device buffer per rank, each on its rank's device.
 std::vector<course::DeviceBuffer<float>> per_rank(const NcclGroup& group, std::size_t count) {
   std::vector<course::DeviceBuffer<float>> out;
@@ -463,7 +459,7 @@ CollectiveTiming time_collective(const NcclGroup& group, Collective kind, std::s
   };
   CollectiveTiming t;
   t.bytes = bytes;
-  t.seconds = median_seconds(group, 1, reps, iters, step);
+  t.seconds = median_step_seconds(group, 1, reps, iters, step);
   t.algbw_gbps = algbw_gbps(bytes, t.seconds);
   t.busbw_gbps = kind == Collective::all_reduce
                      ? allreduce_busbw_gbps(bytes, t.seconds, group.size())
@@ -574,7 +570,7 @@ TpResult tensor_parallel_gemm(const NcclGroup& group, TpMode mode, int M, int N,
       }
     }
   };
-  result.ms = 1e3 * median_seconds(group, 1, reps, 1, step);  // the warm-up step is the result
+  result.ms = 1e3 * median_step_seconds(group, 1, reps, 1, step);  // the warm-up step is the result
   for (int r = 0; r < g; ++r) {
     ScopedDevice on(group.device(r));
     result.c.push_back(course::to_host(ranks[static_cast<std::size_t>(r)].c));

@@ -19,7 +19,9 @@
 // counts from every rank, so the column-parallel gather is all_gather_uneven (exercise 4): one
 // grouped broadcast per rank, M x N_r floats each, after which every GPU copies each part's
 // columns into their place in C (cudaMemcpy2DAsync).
-// The GEMM on each GPU is lesson 07's best SGEMM (lesson07::sgemm_v8_double_buffering).
+// The GEMM on each GPU is lesson 07's best SGEMM (lesson07::sgemm_v8_double_buffering). The same
+// splits in FP16 on lesson 10's tensor cores, at inference M, with the collective timed against
+// the GEMM and overlapped with it: tensor_parallel_fp16.hpp.
 //
 // Errors never hang (NCCL User Guide, "Error handling and communicator abort"): a wait polls
 // cudaStreamQuery and ncclCommGetAsyncError against a deadline, and on an asynchronous error or
@@ -182,6 +184,13 @@ GatherLayout gather_layout(const std::vector<std::size_t>& counts);
 // aborted group.
 void all_gather_uneven(const NcclGroup& group, const std::vector<const float*>& send,
                        const std::vector<float*>& recv, const std::vector<std::size_t>& counts);
+
+// The clock of every timing over a group: the median over `reps` samples (after `warmup`
+// untimed ones) of the seconds per step when `iters` calls of step() are enqueued back to back
+// and waited for once (group.synchronize()), host steady clock around the lot, divided by iters
+// (nccl-tests' BenchTime). iters = 1: one step's end-to-end time, all ranks done. 0 for reps 0.
+double median_step_seconds(const NcclGroup& group, int warmup, int reps, int iters,
+                           const std::function<void()>& step);
 
 // Time of one collective over the group, as nccl-tests times it (src/common.cu, BenchTime):
 // `iters` collectives enqueued back to back, one wait for all of them, host steady clock around

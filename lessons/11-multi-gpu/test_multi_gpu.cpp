@@ -3,18 +3,22 @@
 //   CPU          the split, the bandwidth formulas (against numbers computed by hand from
 //                nccl-tests' doc/PERFORMANCE.md), topology parsing, link ceilings, the
 //                CUDA_VISIBLE_DEVICES rule, bad input before any device is touched, NCCL's error
-//                text, the replica check on made-up reports
+//                text, the replica check on made-up reports; for the FP16 split ([fp16]): the
+//                row chunks, the FP64 shares, the error bound, the hidden fraction
 //   [gpu]        one GPU is enough: the per-thread facts that hold on one device, the
 //                CUDA_VISIBLE_DEVICES rule against the real runtime, a same-device event
 //                hand-off, the copies, a one-rank NCCL communicator (an all-reduce of one rank is
-//                the identity), the tensor-parallel GEMM on one rank, a replica on GPU 0, and
-//                on every GPU present: the uneven all-gather, communicators made per thread, a
-//                wait that times out and aborts instead of hanging
+//                the identity), the tensor-parallel GEMMs on one rank (FP16: bit for bit lesson
+//                10's GEMM), a replica on GPU 0, and on every GPU present: the uneven
+//                all-gather, communicators made per thread, a wait that times out and aborts
+//                instead of hanging, the FP16 split chunked against an FP64 reference, the FP16
+//                collectives, the breakdown of communication against compute
 //   [multigpu]   two GPUs or more (test_main leaves them out below 2, and ctest runs them as
 //                11/multigpu, skipped below 2): a new thread on device 0 while main is on 1,
 //                memory and streams of device 1, the launch and record errors across devices,
-//                the cross-device event wait, peer copies, the two splits against one GPU,
-//                replicas on two GPUs, NCCL over two ranks
+//                the cross-device event wait, peer copies, the two splits against one GPU (FP32)
+//                and against the FP64 reference (FP16), replicas on two GPUs, NCCL over two
+//                ranks
 //
 // Facts about the current device are observed in fresh child processes (CHILD_PROBE, as lesson
 // 01 does): the test process has already chosen devices, and the facts are about a process
@@ -26,6 +30,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <string>
 #include <vector>
@@ -37,7 +42,9 @@
 #include "multi_gpu.cuh"
 #include "multi_gpu_host.hpp"
 #include "replicas.hpp"
+#include "tensor_gemm.cuh"  // lesson 10: the single-GPU GEMM the one-rank split must equal
 #include "tensor_parallel.hpp"
+#include "tensor_parallel_fp16.hpp"
 
 #ifdef COURSE_HAVE_NCCL
 #include <nccl.h>
@@ -81,6 +88,66 @@ std::vector<int> all_devices() {
   std::vector<int> d;
   for (int i = 0; i < device_count(); ++i) d.push_back(i);
   return d;
+}
+
+// The FP16 split's oracle: every element's exact (FP64) value from the same FP16 inputs, and its
+// fp16_tp_error_bound for the split of K (one part: column-parallel; the ranks' parts:
+// row-parallel).
+struct Fp16Oracle {
+  std::vector<double> exact, bound;
+};
+Fp16Oracle fp16_oracle(const std::vector<float>& A, const std::vector<float>& B, int M, int N,
+                       int K, const Partition& k_split) {
+  Fp16Oracle o;
+  for (int m = 0; m < M; ++m) {
+    for (int n = 0; n < N; ++n) {
+      const std::vector<PartialSum> shares = reference_shares(A, B, M, N, K, k_split, m, n);
+      double exact = 0;
+      for (const PartialSum& p : shares) exact += p.exact;
+      o.exact.push_back(exact);
+      o.bound.push_back(fp16_tp_error_bound(shares));
+    }
+  }
+  return o;
+}
+// Elements of `got` farther from the oracle's exact value than its bound; *worst: the largest
+// |diff| / bound.
+int outside_fp16_bound(const std::vector<__half>& got, const Fp16Oracle& o, double* worst) {
+  int bad = 0;
+  *worst = 0;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    const double diff = std::fabs(static_cast<double>(__half2float(got[i])) - o.exact[i]);
+    *worst = std::max(*worst, diff / o.bound[i]);
+    if (!(diff <= o.bound[i])) ++bad;
+  }
+  return bad;
+}
+// Bit patterns, so that two FP16 results compare exactly (and a NaN is not equal to itself).
+std::vector<std::uint16_t> bits(const std::vector<__half>& v) {
+  std::vector<std::uint16_t> b(v.size());
+  for (std::size_t i = 0; i < v.size(); ++i) std::memcpy(&b[i], &v[i], sizeof(std::uint16_t));
+  return b;
+}
+// Whether every device of `devices` runs lesson 10's v4 (compute capability 8.0+); WARNs if not.
+bool fp16_gemm_runs(const std::vector<int>& devices) {
+  for (int d : devices) {
+    ScopedDevice on(d);
+    std::string why;
+    if (!lesson10::version_supported(4, lesson10::DType::f16, &why)) {
+      WARN("GPU " << d << " cannot run lesson 10's tensor-core GEMM: " << why);
+      return false;
+    }
+  }
+  return true;
+}
+// The lesson 10 versions to run on every device: v4, and v6 where every device has it.
+std::vector<int> fp16_versions(const std::vector<int>& devices) {
+  bool wgmma = true;
+  for (int d : devices) {
+    ScopedDevice on(d);
+    wgmma = wgmma && lesson10::version_supported(6, lesson10::DType::f16);
+  }
+  return wgmma ? std::vector<int>{4, 6} : std::vector<int>{4};
 }
 }  // namespace
 
@@ -371,6 +438,106 @@ TEST_CASE("The replica check finds wrong, repeated and missing frames", "[cpu]")
   }
 }
 
+TEST_CASE("chunk_rows: M rows in min(chunks, M) contiguous chunks, sizes within one row",
+          "[cpu][fp16]") {
+  CHECK(chunk_rows(4096, 4).size == std::vector<int>{1024, 1024, 1024, 1024});
+  CHECK(chunk_rows(4096, 4).offset == std::vector<int>{0, 1024, 2048, 3072});
+  CHECK(chunk_rows(33, 4).size == std::vector<int>{9, 8, 8, 8});
+  CHECK(chunk_rows(33, 4).offset == std::vector<int>{0, 9, 17, 25});
+  CHECK(chunk_rows(256, 3).size == std::vector<int>{86, 85, 85});
+  // M = 1 cannot be cut: chunks clamps to M.
+  CHECK(chunk_rows(1, 4).size == std::vector<int>{1});
+  CHECK(chunk_rows(3, 10).size == std::vector<int>{1, 1, 1});
+  CHECK(chunk_rows(32, 1).size == std::vector<int>{32});
+  for (int M = 1; M <= 70; ++M) {
+    for (int chunks = 1; chunks <= 9; ++chunks) {
+      const Partition p = chunk_rows(M, chunks);
+      REQUIRE(p.size.size() == static_cast<std::size_t>(std::min(M, chunks)));
+      int next = 0;
+      for (std::size_t i = 0; i < p.size.size(); ++i) {
+        CHECK(p.offset[i] == next);
+        CHECK(p.size[i] >= 1);
+        CHECK(p.size[i] - p.size.back() <= 1);
+        next += p.size[i];
+      }
+      CHECK(next == M);
+    }
+  }
+  CHECK_THROWS_WITH(chunk_rows(32, 0), Contains("chunks >= 1"));
+  CHECK_THROWS_AS(chunk_rows(0, 2), std::invalid_argument);
+}
+
+TEST_CASE("The FP16 split's error bound: lesson 10's for one share, more roundings for more",
+          "[cpu][fp16]") {
+  const double u_half = std::ldexp(1.0, -11), sub = std::ldexp(1.0, -25);
+  // One share (column-parallel, or one rank) is lesson 10's bound for an FP16 C.
+  const PartialSum whole{4096, 20.0, 1000.0};
+  const double one = lesson10::tensor_gemm_error_bound(
+      4096, 1.0, 1000.0, 0.0, 0.0, 0.0, lesson10::Activation::none, lesson10::DType::f16, 20.0);
+  CHECK(fp16_tp_error_bound({whole}) == one);
+  // By hand: (K + 3) 2^-23 sum|ab| + 2^-11 (|exact| + that) + 2^-25.
+  const double acc = 4099 * std::ldexp(1.0, -23) * 1000.0;
+  CHECK(one == Approx(acc + u_half * (20.0 + acc) + sub).epsilon(1e-12));
+  // Two shares: each partial's own bound, plus one FP16 addition of at most their sum.
+  const PartialSum p0{2048, 12.0, 500.0}, p1{2048, 8.0, 500.0};
+  const auto share = [](const PartialSum& p) {
+    return lesson10::tensor_gemm_error_bound(p.terms, 1.0, p.abs_sum, 0.0, 0.0, 0.0,
+                                             lesson10::Activation::none, lesson10::DType::f16,
+                                             p.exact);
+  };
+  const double e0 = share(p0), e1 = share(p1);
+  CHECK(fp16_tp_error_bound({p0, p1}) ==
+        Approx(e0 + e1 + u_half * (12.0 + e0 + 8.0 + e1) + sub).epsilon(1e-12));
+  // Split, each FP32 sum is shorter (its accumulation term smaller: here the split's bound is
+  // the smaller one), but the element is rounded to FP16 three times instead of once: where the
+  // FP16 roundings dominate (short sums, as in practice) the split's bound is the larger.
+  CHECK(fp16_tp_error_bound({p0, p1}) < fp16_tp_error_bound({whole}));
+  const PartialSum short_whole{64, 20.0, 40.0}, s0{32, 12.0, 20.0}, s1{32, 8.0, 20.0};
+  CHECK(fp16_tp_error_bound({s0, s1}) > 1.5 * fp16_tp_error_bound({short_whole}));
+  const PartialSum q{1024, 5.0, 250.0};
+  CHECK(fp16_tp_error_bound({q, q, q, q}) > fp16_tp_error_bound({q, q}));
+  CHECK_THROWS_AS(fp16_tp_error_bound({}), std::invalid_argument);
+  CHECK_THROWS_AS(fp16_tp_error_bound({PartialSum{-1, 0.0, 0.0}}), std::invalid_argument);
+  CHECK_THROWS_AS(fp16_tp_error_bound({PartialSum{8, 0.0, -1.0}}), std::invalid_argument);
+}
+
+TEST_CASE("reference_shares: FP64 partial sums over a split of K add up to the whole",
+          "[cpu][fp16]") {
+  const int M = 3, N = 16, K = 40;
+  const auto A = to_float(to_half(random_matrix(M, K, 7)));
+  const auto B = to_float(to_half(random_matrix(K, N, 8)));
+  const Partition whole = partition(K, 1, 1), split = partition(K, 3, 8);  // 16 + 16 + 8
+  for (int m = 0; m < M; ++m) {
+    for (int n = 0; n < N; n += 5) {
+      double abs_sum = 0;
+      const double want = lesson10::reference_element(N, K, A.data(), B.data(), m, n, &abs_sum);
+      const auto one = reference_shares(A, B, M, N, K, whole, m, n);
+      REQUIRE(one.size() == 1);
+      CHECK(one[0].terms == K);
+      CHECK(one[0].exact == Approx(want).epsilon(1e-12));
+      CHECK(one[0].abs_sum == Approx(abs_sum).epsilon(1e-12));
+      const auto three = reference_shares(A, B, M, N, K, split, m, n);
+      REQUIRE(three.size() == 3);
+      CHECK(three[2].terms == 8);
+      CHECK(three[0].exact + three[1].exact + three[2].exact == Approx(want).epsilon(1e-12));
+    }
+  }
+  CHECK_THROWS_AS(reference_shares(A, B, M, N, K, whole, M, 0), std::invalid_argument);
+  CHECK_THROWS_AS(reference_shares(A, B, M, N, K + 8, whole, 0, 0), std::invalid_argument);
+  CHECK_THROWS_AS(reference_shares(A, B, M, N, K, partition(K + 8, 1, 1), 0, 0),
+                  std::invalid_argument);
+}
+
+TEST_CASE("hidden_fraction: the part of the communication the overlap hid", "[cpu][fp16]") {
+  CHECK(hidden_fraction(1.5, 1.0, 0.5) == Approx(1.0));   // all of it
+  CHECK(hidden_fraction(1.5, 1.25, 0.5) == Approx(0.5));  // half
+  CHECK(hidden_fraction(1.5, 1.7, 0.5) == 0.0);           // chunking cost more than it hid
+  CHECK(hidden_fraction(2.0, 0.5, 0.5) == 1.0);           // clamped: never more than all
+  CHECK(hidden_fraction(1.0, 1.0, 0.0) == 0.0);           // nothing to hide
+  CHECK_THROWS_AS(hidden_fraction(-1.0, 1.0, 0.5), std::invalid_argument);
+  CHECK_THROWS_AS(hidden_fraction(1.0, std::nan(""), 0.5), std::invalid_argument);
+}
+
 // ================================================================================ one GPU
 
 CHILD_PROBE(one_device_facts) {
@@ -496,6 +663,204 @@ TEST_CASE("Tensor-parallel GEMM on one rank equals the one-GPU GEMM exactly", "[
   }
   CHECK_THROWS_AS(tensor_parallel_gemm(group, TpMode::row_parallel, M, N, K, A, {}, 0),
                   std::invalid_argument);
+}
+
+TEST_CASE("FP16 tensor-parallel GEMM on one rank equals lesson 10's GEMM bit for bit",
+          "[gpu][nccl][fp16]") {
+  if (!nccl_available()) {
+    WARN(nccl_build_note());
+    return;
+  }
+  if (!fp16_gemm_runs({0})) return;
+  // 8-multiples off every tile: M 33, N 200, K 520.
+  const int M = 33, N = 200, K = 520;
+  const auto A = to_half(random_matrix(M, K, 21)), B = to_half(random_matrix(K, N, 22));
+  NcclGroup group({0});
+  for (int version : fp16_versions({0})) {
+    ScopedDevice on(0);
+    const course::DeviceBuffer<__half> a = course::to_device(A), b = course::to_device(B);
+    course::DeviceBuffer<__half> c(static_cast<std::size_t>(M) * N);
+    lesson10::tensor_gemm<__half, __half>(version, M, N, K, 1.0f, a.data(), b.data(), 0.0f,
+                                          c.data());
+    CUDA_CHECK(cudaDeviceSynchronize());
+    const std::vector<__half> one = course::to_host(c);
+    for (TpMode mode : {TpMode::column_parallel, TpMode::row_parallel}) {
+      for (int chunks : {1, 3}) {
+        INFO("v" << version << ", " << to_string(mode) << ", chunks " << chunks);
+        const TpFp16Result r =
+            tensor_parallel_gemm_fp16(group, mode, M, N, K, A, B, chunks, version);
+        CHECK(r.gemm_version == version);
+        REQUIRE(r.c.size() == 1);
+        // One rank: the same kernel on the same rows; the collective a copy (or nothing).
+        CHECK(bits(r.c[0]) == bits(one));
+      }
+    }
+  }
+  // The default is the best version the GPU has.
+  const TpFp16Result d =
+      tensor_parallel_gemm_fp16(group, TpMode::column_parallel, M, N, K, A, B, 2);
+  CHECK(d.gemm_version == fp16_versions({0}).back());
+  CHECK(d.gemm_version == best_tp_gemm_version(group));
+}
+
+TEST_CASE("FP16 tensor-parallel GEMM on every GPU present against an FP64 reference, chunked",
+          "[gpu][nccl][fp16]") {
+  if (!nccl_available()) {
+    WARN(nccl_build_note());
+    return;
+  }
+  const std::vector<int> devices = all_devices();
+  if (!fp16_gemm_runs(devices)) return;
+  const int g = static_cast<int>(devices.size());
+  // N and K multiples of 8 but of no tile (128, 256, 64), and splittable over 1..8 GPUs.
+  const int N = 520, K = 1000;
+  NcclGroup group(devices);
+  const std::vector<int> versions = fp16_versions(devices);
+  for (int M : {1, 32, 33, 256}) {
+    const auto A = to_half(random_matrix(M, K, 30 + static_cast<unsigned>(M)));
+    const auto B = to_half(random_matrix(K, N, 31));
+    const auto Af = to_float(A), Bf = to_float(B);
+    for (TpMode mode : {TpMode::column_parallel, TpMode::row_parallel}) {
+      const bool column = mode == TpMode::column_parallel;
+      const Fp16Oracle oracle =
+          fp16_oracle(Af, Bf, M, N, K, column ? partition(K, 1, 1) : partition(K, g, kSplitAlign));
+      for (int version : versions) {
+        std::vector<__half> serial;
+        for (int chunks : {1, 2, 3, 4, M + 5}) {
+          INFO("M " << M << ", " << to_string(mode) << ", v" << version << ", chunks " << chunks
+                    << ", " << g << " rank(s)");
+          const TpFp16Result r =
+              tensor_parallel_gemm_fp16(group, mode, M, N, K, A, B, chunks, version);
+          REQUIRE(r.c.size() == static_cast<std::size_t>(g));
+          CHECK(r.chunks.size.size() == static_cast<std::size_t>(std::min(chunks, M)));
+          for (int rank = 0; rank < g; ++rank) {
+            double worst = 0;
+            const int bad = outside_fp16_bound(r.c[static_cast<std::size_t>(rank)], oracle, &worst);
+            INFO("rank " << rank << ": worst |diff| / bound " << worst);
+            CHECK(bad == 0);
+            // Every rank holds the same C after the collective.
+            CHECK(bits(r.c[static_cast<std::size_t>(rank)]) == bits(r.c[0]));
+          }
+          if (chunks == 1) {
+            serial = r.c[0];
+          } else if (column || g == 1) {
+            // A row chunk changes no element's sum: the same K loop, the gather a copy. (Row-
+            // parallel over several ranks: NCCL may choose another algorithm for another size,
+            // and over 3+ ranks another order of the additions: within the bound, not bitwise.)
+            CHECK(bits(r.c[0]) == bits(serial));
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("FP16 tensor-parallel GEMM refuses bad input with std::invalid_argument",
+          "[gpu][nccl][fp16]") {
+  if (!nccl_available()) {
+    WARN(nccl_build_note());
+    return;
+  }
+  NcclGroup group({0});
+  const int M = 4, N = 16, K = 24;
+  const auto A = to_half(random_matrix(M, K, 1)), B = to_half(random_matrix(K, N, 2));
+  const auto col = TpMode::column_parallel;
+  CHECK_THROWS_WITH(tensor_parallel_gemm_fp16(group, col, M, N, K, A, B, 0),
+                    Contains("chunks must be >= 1"));
+  const auto B12 = to_half(random_matrix(K, 12, 3)), A12 = to_half(random_matrix(M, 12, 4));
+  CHECK_THROWS_WITH(tensor_parallel_gemm_fp16(group, col, M, 12, K, A, B12, 1),
+                    Contains("multiples of 8") && Contains("N = 12"));
+  CHECK_THROWS_WITH(tensor_parallel_gemm_fp16(group, TpMode::row_parallel, M, N, 12, A12,
+                                              to_half(random_matrix(12, N, 5)), 1),
+                    Contains("multiples of 8") && Contains("K = 12"));
+  CHECK_THROWS_WITH(tensor_parallel_gemm_fp16(group, col, M, N, K, A, A, 1),
+                    Contains("B K x N = 384") && Contains("got 96 and 96"));
+  CHECK_THROWS_WITH(tensor_parallel_gemm_fp16(group, col, M + 1, N, K, A, B, 1),
+                    Contains("M x K = 120"));
+  CHECK_THROWS_AS(tensor_parallel_gemm_fp16(group, col, 0, N, K, {}, B, 1), std::invalid_argument);
+  CHECK_THROWS_AS(tensor_parallel_gemm_fp16(group, col, M, N, K, A, B, 1, 9),
+                  std::invalid_argument);
+  CHECK_THROWS_WITH(time_tensor_parallel_fp16(group, col, M, N, K, 2, 0), Contains("reps"));
+  CHECK_THROWS_AS(time_tensor_parallel_fp16(group, col, M, N, K, 0, 1), std::invalid_argument);
+  // The FP16 collectives: one buffer per rank; the gather's counts even (4-byte words).
+  ScopedDevice on(0);
+  course::DeviceBuffer<__half> buf(64), out(64);
+  CHECK_THROWS_AS(all_reduce_sum_fp16(group, {}, 8), std::invalid_argument);
+  CHECK_THROWS_WITH(all_gather_uneven_fp16(group, {buf.data()}, {out.data()}, {7}),
+                    Contains("must be even"));
+  CHECK_THROWS_WITH(all_gather_uneven_fp16(group, {buf.data() + 1}, {out.data()}, {8}),
+                    Contains("4-byte aligned"));
+  CHECK_FALSE(group.aborted());
+}
+
+TEST_CASE("FP16 collectives on every GPU present: the sum in ncclHalf, the gather of halves",
+          "[gpu][nccl][fp16]") {
+  if (!nccl_available()) {
+    WARN(nccl_build_note());
+    return;
+  }
+  const std::vector<int> devices = all_devices();
+  const int g = static_cast<int>(devices.size());
+  NcclGroup group(devices);
+  const std::size_t n = 1030;  // not a multiple of anything NCCL chunks by
+  std::vector<course::DeviceBuffer<__half>> sum, send, recv;
+  std::vector<__half*> sp, rp;
+  std::vector<const __half*> gp;
+  std::vector<std::size_t> counts;
+  std::vector<float> want_gather;
+  for (int r = 0; r < g; ++r) {
+    ScopedDevice on(devices[static_cast<std::size_t>(r)]);
+    std::vector<float> v(n), part(n - 2 * static_cast<std::size_t>(r));
+    for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<float>((r + 1) * (i % 16));
+    for (std::size_t i = 0; i < part.size(); ++i) part[i] = static_cast<float>(r * 100 + i % 97);
+    want_gather.insert(want_gather.end(), part.begin(), part.end());
+    counts.push_back(part.size());
+    sum.push_back(course::to_device(to_half(v)));
+    send.push_back(course::to_device(to_half(part)));
+    sp.push_back(sum.back().data());
+    gp.push_back(send.back().data());
+  }
+  for (int r = 0; r < g; ++r) {
+    ScopedDevice on(devices[static_cast<std::size_t>(r)]);
+    recv.emplace_back(want_gather.size());
+    rp.push_back(recv.back().data());
+  }
+  all_reduce_sum_fp16(group, sp, n);
+  all_gather_uneven_fp16(group, gp, rp, counts);
+  group.synchronize();
+  // Exact in FP16: integers below 2048, and so is every partial sum.
+  std::vector<float> want_sum(n);
+  for (std::size_t i = 0; i < n; ++i) want_sum[i] = static_cast<float>(g * (g + 1) / 2 * (i % 16));
+  for (int r = 0; r < g; ++r) {
+    ScopedDevice on(devices[static_cast<std::size_t>(r)]);
+    CHECK(to_float(course::to_host(sum[static_cast<std::size_t>(r)])) == want_sum);
+    CHECK(to_float(course::to_host(recv[static_cast<std::size_t>(r)])) == want_gather);
+  }
+}
+
+TEST_CASE("FP16 communication against compute: every time measured, ideal and hidden derived",
+          "[gpu][nccl][fp16]") {
+  if (!nccl_available()) {
+    WARN(nccl_build_note());
+    return;
+  }
+  const std::vector<int> devices = all_devices();
+  if (!fp16_gemm_runs(devices)) return;
+  NcclGroup group(devices);
+  for (TpMode mode : {TpMode::column_parallel, TpMode::row_parallel}) {
+    INFO(to_string(mode));
+    const TpBreakdown t = time_tensor_parallel_fp16(group, mode, 256, 1024, 1024, 4, 3);
+    CHECK(t.chunks == 4);
+    CHECK(t.gemm_version == best_tp_gemm_version(group));
+    for (double ms : {t.compute_ms, t.compute_chunked_ms, t.comm_ms, t.serial_ms, t.overlapped_ms})
+      CHECK(ms > 0);
+    CHECK(t.ideal_ms == std::max(t.compute_ms, t.comm_ms));
+    CHECK(t.hidden == hidden_fraction(t.serial_ms, t.overlapped_ms, t.comm_ms));
+    CHECK(t.hidden >= 0);
+    CHECK(t.hidden <= 1);
+    // M = 1 cannot be chunked.
+    CHECK(time_tensor_parallel_fp16(group, mode, 1, 1024, 1024, 4, 2, 4).chunks == 1);
+  }
 }
 
 TEST_CASE("One replica of lesson 09's pipeline on GPU 0: every frame checked", "[gpu]") {
@@ -760,6 +1125,39 @@ TEST_CASE("Column- and row-parallel GEMM over 2 GPUs against the one-GPU GEMM",
   CHECK_THROWS_AS(tensor_parallel_gemm(group, TpMode::column_parallel, 4, 8, 4,
                                        random_matrix(4, 4, 5), random_matrix(4, 8, 6), 0),
                   std::invalid_argument);
+}
+
+TEST_CASE("FP16 column- and row-parallel GEMM over 2 GPUs: uneven split, chunked, within bound",
+          "[gpu][multigpu][nccl][fp16]") {
+  if (!nccl_available()) {
+    WARN(nccl_build_note());
+    return;
+  }
+  if (!fp16_gemm_runs({0, 1})) return;
+  // Uneven on purpose: N = 520 splits 264 + 256, K = 1000 splits 504 + 496.
+  const int M = 130, N = 520, K = 1000;
+  const auto A = to_half(random_matrix(M, K, 41)), B = to_half(random_matrix(K, N, 42));
+  const auto Af = to_float(A), Bf = to_float(B);
+  NcclGroup group({0, 1});
+  for (TpMode mode : {TpMode::column_parallel, TpMode::row_parallel}) {
+    const bool column = mode == TpMode::column_parallel;
+    // Row-parallel: two FP16 partials and one FP16 addition per element, in the bound.
+    const Fp16Oracle oracle =
+        fp16_oracle(Af, Bf, M, N, K, column ? partition(K, 1, 1) : partition(K, 2, kSplitAlign));
+    for (int chunks : {1, 3}) {
+      const TpFp16Result r = tensor_parallel_gemm_fp16(group, mode, M, N, K, A, B, chunks);
+      REQUIRE(r.c.size() == 2);
+      CHECK_FALSE(r.split.even());
+      for (int rank = 0; rank < 2; ++rank) {
+        double worst = 0;
+        const int bad = outside_fp16_bound(r.c[static_cast<std::size_t>(rank)], oracle, &worst);
+        INFO(to_string(mode) << ", chunks " << chunks << ", rank " << rank
+                             << ": worst |diff| / bound " << worst);
+        CHECK(bad == 0);
+      }
+      CHECK(bits(r.c[0]) == bits(r.c[1]));
+    }
+  }
 }
 
 TEST_CASE("NCCL over 2 GPUs: all-reduce sums, all-gather concatenates", "[gpu][multigpu][nccl]") {
