@@ -8,9 +8,10 @@
 //                                fused, and v5..v7 without an epilogue (what the fusion costs)
 //   sweep/<name>/<n>             squares n = 512 .. 8192: cuBLAS, v4 (tuned and 128x128 K 32),
 //                                v5..v7
-//   fc/<name>/<batch>            a fully connected layer 4096 -> 4096 at batch 1..32 (M = batch)
+//   fc/<name>/<batch>            a fully connected layer 4096 -> 4096 at batch 1..32 (M = batch):
+//                                cuBLAS, v4..v7 and v8 (split-K, written for these shapes)
 //   conv1x1/<name>/<MxNxK>       1x1 convolutions as GEMM (M = batch x pixels, N = out channels,
-//                                K = in channels)
+//                                K = in channels): cuBLAS, v4..v8
 //                                fc/ and conv1x1/ are timed with the L2 flushed before every
 //                                sample and also report GB/s and %copy (memory-bound shapes)
 //
@@ -176,14 +177,14 @@ bool register_all() {
                      "cublas_fp16"});
   }
   for (const int batch : {1, 2, 4, 8, 16, 32})
-    add_group("fc/", "/batch" + std::to_string(batch), batch, 4096, 4096, false, {4, 5, 6, 7});
+    add_group("fc/", "/batch" + std::to_string(batch), batch, 4096, 4096, false, {4, 5, 6, 7, 8});
   // ResNet-50-like 1x1 convolutions at batch 8: 56x56 pixels 64 -> 256 and 256 -> 64 channels,
   // 14x14 pixels 1024 -> 256.
   for (const auto& s :
        std::vector<std::vector<int>>{{25088, 256, 64}, {25088, 64, 256}, {1568, 256, 1024}})
     add_group("conv1x1/",
               "/" + std::to_string(s[0]) + "x" + std::to_string(s[1]) + "x" + std::to_string(s[2]),
-              s[0], s[1], s[2], false, {4, 5, 6, 7});
+              s[0], s[1], s[2], false, {4, 5, 6, 7, 8});
 
   for (Spec& spec : specs) {
     const std::string name = spec.name;

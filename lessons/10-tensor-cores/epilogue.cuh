@@ -109,4 +109,20 @@ __device__ __forceinline__ void store_four(const Epilogue& e, Out* C, int N, int
   }
 }
 
+// Four adjacent outputs C[m][n .. n + 3] (n % 4 == 0, N % 8 == 0: all inside C when n is): one
+// vector store (store_four) where C is aligned for it (`vector`), else one at a time. The
+// arithmetic is store_one's either way, so the bits do not depend on the path.
+template <class Out>
+__device__ __forceinline__ void store_quad(const Epilogue& e, Out* C, int N, int m, int n, float4 v,
+                                           bool vector) {
+  if (vector) {
+    store_four(e, C, N, m, n, v);
+  } else {
+    store_one(e, C, N, m, n, v.x);
+    store_one(e, C, N, m, n + 1, v.y);
+    store_one(e, C, N, m, n + 2, v.z);
+    store_one(e, C, N, m, n + 3, v.w);
+  }
+}
+
 }  // namespace lesson10::detail

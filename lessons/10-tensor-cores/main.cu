@@ -8,7 +8,8 @@
 // 2. BF16: the best versions against cuBLAS in BF16.
 // 3. The fused bias + GELU epilogue of the fastest version against cuBLASLt's
 //    (CUBLASLT_EPILOGUE_GELU_BIAS).
-// 4. A small sweep of inference shapes (fully connected layer at batch 1..32, 1x1 convolution).
+// 4. A small sweep of inference shapes (fully connected layer at batch 1..32, 1x1 convolution):
+//    cuBLAS, the fastest version of table 1 and v8, the split-K kernel written for them.
 // The full sweep and the statistics: make bench LESSON=10.
 #include <cuda_runtime_api.h>
 
@@ -28,6 +29,7 @@
 #include "common/memory.hpp"
 #include "common/stream.hpp"
 #include "common/timing.hpp"
+#include "ceiling.cuh"
 #include "tensor_gemm.cuh"
 
 using namespace lesson10;
@@ -279,6 +281,39 @@ int run(const Options& opt) {
                          opt.M, opt.N, opt.K, ours[0], tf[1], 100.0 * tf[1] / cb, cb);
     if (ours.size() > 1)
       course::add_headline("v4 (mma.sync + cp.async) %.0f%%", 100.0 * tf[2] / cb);
+
+    // 1c. The instructions' own ceilings (ceiling.cuh): each kernel of 1b against the ceiling of
+    // the instruction it issues, per clock (the clocks differ: the power limit sets them).
+    std::printf(
+        "\n1c. The tensor cores' ceilings, FP16: one instruction back to back from registers "
+        "(mma.sync) or one\n   shared-memory tile (wgmma), every SM, 0.25 s each; FLOP per "
+        "clock per SM at the SM clock read after.\n");
+    std::printf("  %-22s %9s %9s %14s\n", "ceiling", "TFLOP/s", "SM MHz", "FLOP/clk/SM");
+    double mma_per_clock = 0.0, wgmma_per_clock = 0.0;
+    for (const bool hopper : {false, true}) {
+      const char* name = hopper ? "wgmma m64n256k16" : "mma.sync m16n8k16";
+      try {
+        const Ceiling c = hopper ? wgmma_ceiling(DType::f16) : mma_sync_ceiling(DType::f16);
+        std::printf("  %-22s %9.1f %9u %14.0f\n", name, c.tflops, c.sm_mhz,
+                    c.flops_per_clock_per_sm);
+        (hopper ? wgmma_per_clock : mma_per_clock) = c.flops_per_clock_per_sm;
+      } catch (const NotSupported& e) {
+        std::printf("  %-22s not supported on this GPU: %s\n", name, e.what());
+      }
+    }
+    for (std::size_t i = 1; i < rows.size(); ++i) {
+      const int v = ours[i - 1];
+      const double ceiling = v >= kHopperVersion ? wgmma_per_clock : mma_per_clock;
+      if (rows[i].sm_mhz == 0 || ceiling <= 0) continue;
+      const double per_clock = tf[i] * 1e12 / (peak.sm_count * rows[i].sm_mhz * 1e6);
+      std::printf("  %s (1b): %.0f FLOP/clk/SM = %.1f%% of the %s ceiling\n", ks[i].name, per_clock,
+                  100.0 * per_clock / ceiling, v >= kHopperVersion ? "wgmma" : "mma.sync");
+      if (v == 4)
+        course::add_headline("v4 %.0f%% of the mma.sync ceiling", 100.0 * per_clock / ceiling);
+    }
+    if (mma_per_clock > 0 && wgmma_per_clock > 0)
+      std::printf("  mma.sync's ceiling is %.0f%% of wgmma's, per clock.\n",
+                  100.0 * mma_per_clock / wgmma_per_clock);
   }
 
   std::printf("\n2. The same in BF16 (the best versions).\n");
@@ -319,7 +354,8 @@ int run(const Options& opt) {
   // rows are memory-bound: a network's layer reads its weights from DRAM, not from an L2 that
   // the previous call left warm, so the L2 is flushed before every sample, and the rows give
   // GB/s (A, B and C, each read or written once: the bytes a perfect kernel moves) against the
-  // device-to-device copy measured here.
+  // device-to-device copy measured here. Timed: cuBLAS, the fastest version of table 1, and v8
+  // (split-K, the kernel for these shapes) when it was asked for and this GPU runs it.
   if (best > 0) {
     constexpr std::size_t copy_bytes = std::size_t{1} << 30;
     double copy_gbps = 0.0;
@@ -332,13 +368,19 @@ int run(const Options& opt) {
       });
       copy_gbps = 2.0 * copy_bytes / (ms / 1e3) / 1e9;
     }
+    std::vector<int> ours = {best};
+    constexpr int kSplitK = 8;
+    if (best != kSplitK && std::find(vs.begin(), vs.end(), kSplitK) != vs.end() &&
+        version_supported(kSplitK, DType::f16))
+      ours.push_back(kSplitK);
     std::printf(
-        "\n4. Inference shapes, FP16, v%d vs cuBLAS (the full sweep: make bench), L2 flushed "
-        "before every sample.\n   GB/s: A, B and C once each, per GPU time; %%copy: of a 1 GiB "
-        "cudaMemcpy device to device, %.0f GB/s\n   (bytes read + written), measured now.\n",
-        best, copy_gbps);
-    std::printf("  %-26s %10s %10s %9s %9s %7s %9s %7s\n", "shape (M x N x K)", "cuBLAS us",
-                "ours us", "%cuBLAS", "cuB GB/s", "%copy", "ours GB/s", "%copy");
+        "\n4. Inference shapes, FP16, cuBLAS, v%d (the fastest above)%s (the full sweep: make "
+        "bench), L2 flushed\n   before every sample. GB/s: A, B and C once each, per GPU time; "
+        "%%copy: of a 1 GiB cudaMemcpy device to\n   device, %.0f GB/s (bytes read + written), "
+        "measured now.\n",
+        best, ours.size() > 1 ? " and v8 (split-K)" : "", copy_gbps);
+    std::printf("  %-26s %-20s %10s %9s %9s %7s\n", "shape (M x N x K)", "kernel", "us", "%cuBLAS",
+                "GB/s", "%copy");
     struct Shape {
       const char* what;
       int M, N, K;
@@ -353,25 +395,30 @@ int run(const Options& opt) {
       const auto flushed = [&](auto&& f) {
         return course::measure(stream, opt.reps, f, course::L2::flushed, false).gpu_ms;
       };
+      const double bytes = 2.0 * (double(sh.M) * sh.K + double(sh.K) * sh.N + double(sh.M) * sh.N);
+      char label[64];
+      std::snprintf(label, sizeof label, "%s %dx%dx%d", sh.what, sh.M, sh.N, sh.K);
+      const auto print = [&](const char* shape, const char* kernel, double ms, double cb_ms,
+                             const char* note) {
+        const double gbps = bytes / (ms / 1e3) / 1e9;
+        std::printf("  %-26s %-20s %10.1f %8.1f%% %9.0f %6.1f%%%s\n", shape, kernel, ms * 1e3,
+                    100.0 * cb_ms / ms, gbps, 100.0 * gbps / copy_gbps, note);
+      };
       const double cb = flushed([&] {
         cublas_gemm(blas, p.M, p.N, p.K, 1.0f, p.A.data(), p.B.data(), 0.0f, C.data(), stream);
       });
-      CUDA_CHECK(cudaMemsetAsync(C.data(), 0, C.bytes(), stream));
-      tensor_gemm(best, p.M, p.N, p.K, 1.0f, p.A.data(), p.B.data(), 0.0f, C.data(), nullptr,
-                  Activation::none, stream);
-      CUDA_CHECK(cudaStreamSynchronize(stream));
-      const std::size_t bad = count_bad(p, C);
-      const double ours = flushed([&] {
-        tensor_gemm(best, p.M, p.N, p.K, 1.0f, p.A.data(), p.B.data(), 0.0f, C.data(), nullptr,
-                    Activation::none, stream);
-      });
-      const double bytes = 2.0 * (double(sh.M) * sh.K + double(sh.K) * sh.N + double(sh.M) * sh.N);
-      const double cb_gbps = bytes / (cb / 1e3) / 1e9, our_gbps = bytes / (ours / 1e3) / 1e9;
-      char label[64];
-      std::snprintf(label, sizeof label, "%s %dx%dx%d", sh.what, sh.M, sh.N, sh.K);
-      std::printf("  %-26s %10.1f %10.1f %8.1f%% %9.0f %6.1f%% %9.0f %6.1f%%%s\n", label, cb * 1e3,
-                  ours * 1e3, 100.0 * cb / ours, cb_gbps, 100.0 * cb_gbps / copy_gbps, our_gbps,
-                  100.0 * our_gbps / copy_gbps, bad == 0 ? "" : "  FAILED check");
+      print(label, "cublasGemmEx", cb, cb, "");
+      for (const int v : ours) {
+        const auto call = [&] {
+          tensor_gemm(v, p.M, p.N, p.K, 1.0f, p.A.data(), p.B.data(), 0.0f, C.data(), nullptr,
+                      Activation::none, stream);
+        };
+        CUDA_CHECK(cudaMemsetAsync(C.data(), 0, C.bytes(), stream));
+        call();  // checked first (and v8's first call on this stream allocates its workspace)
+        CUDA_CHECK(cudaStreamSynchronize(stream));
+        const std::size_t bad = count_bad(p, C);
+        print("", version_info(v).name, flushed(call), cb, bad == 0 ? "" : "  FAILED check");
+      }
     }
   }
   course::print_headline();
@@ -396,8 +443,8 @@ int main(int argc, char** argv) {
   const SizeOption sizes[] = {
       {"--size", "M = N = K = S (default 4096)", {&opt.M, &opt.N, &opt.K}},
       {"--m", "M alone (any value >= 1)", {&opt.M}},
-      {"--n", "N alone (v2..v7 need a multiple of 8)", {&opt.N}},
-      {"--k", "K alone (v2..v7 need a multiple of 8)", {&opt.K}},
+      {"--n", "N alone (v2..v8 need a multiple of 8)", {&opt.N}},
+      {"--k", "K alone (v2..v8 need a multiple of 8)", {&opt.K}},
   };
   for (const SizeOption& so : sizes) {
     const std::vector<int*> targets = so.targets;

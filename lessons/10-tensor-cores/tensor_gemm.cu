@@ -1,6 +1,7 @@
-// Lesson 10: the tensor-core GEMM versions v1..v4, the dispatcher, cuBLAS / cuBLASLt baselines,
-// the peak and the CPU oracle. v5..v7 (Hopper, sm_90a) are in tensor_gemm_sm90.cu. The API and
-// the conventions are documented in tensor_gemm.cuh.
+// Lesson 10: the tensor-core GEMM versions v1..v4 (and v8, tensor_gemm_v8.cuh, included below),
+// the dispatcher, cuBLAS / cuBLASLt baselines, the peak and the CPU oracle. v5..v7 (Hopper,
+// sm_90a) are in tensor_gemm_sm90.cu. The API and the conventions are documented in
+// tensor_gemm.cuh.
 #include "tensor_gemm.cuh"
 
 #include <cublasLt.h>
@@ -544,6 +545,13 @@ __global__ void k0_kernel(int M, int N, Out* C, Epilogue e) {
 
 }  // namespace
 
+}  // namespace lesson10
+
+// v8, split-K for small M: its own file, compiled in this translation unit (it says why).
+#include "tensor_gemm_v8.cuh"
+
+namespace lesson10 {
+
 // ---------------------------------------------------------------- public entry points
 
 const std::vector<VersionInfo>& versions() {
@@ -557,6 +565,8 @@ const std::vector<VersionInfo>& versions() {
       {6, "v6_wgmma_128x256",
        "v5 + 128x256 tile (m64n256k16), setmaxnreg, wgmma in flight, grouped tile order"},
       {7, "v7_wgmma_persistent", "v6's kernel, one block per SM looping over the tiles"},
+      {8, "v8_splitk_small_m",
+       "small M (inference): 16..64 x 64 tiles, K split over blocks, last block sums in order"},
   };
   return v;
 }
@@ -575,7 +585,7 @@ bool version_supported(int version, DType in, std::string* why_not) {
   const std::string cc = std::to_string(major) + "." + std::to_string(minor);
   std::string reason;
   cudaFuncAttributes attr{};
-  if (version >= 5) {  // v5..v7: tensor_gemm_sm90.cu
+  if (version >= 5 && version <= 7) {  // v5..v7: tensor_gemm_sm90.cu
     if (!(major == 9 && minor == 0))
       reason = "wgmma and TMA need compute capability 9.0 (sm_90a code); this GPU is " + cc;
     else if (!sm90_kernels_built())
@@ -593,7 +603,7 @@ bool version_supported(int version, DType in, std::string* why_not) {
       reason = "this binary's WMMA kernel was compiled for compute_" +
                std::to_string(attr.ptxVersion) +
                "; rebuild with CMAKE_CUDA_ARCHITECTURES=" + std::to_string(major * 10 + minor);
-  } else {
+  } else {  // v2..v4 and v8: mma.sync and cp.async, compiled in this file
     CUDA_CHECK(cudaFuncGetAttributes(&attr, mma_kernel<__half, float, TileV4>));
     if (major < 8)
       reason = "mma.m16n8k16 and cp.async need compute capability 8.0; this GPU is " + cc;
@@ -642,7 +652,7 @@ void tensor_gemm(int version, int M, int N, int K, float alpha, const In* A, con
     throw std::invalid_argument(who + ": unknown activation " +
                                 std::to_string(static_cast<int>(act)));
   if (version == 1 && (bias != nullptr || act != Activation::none))
-    throw std::invalid_argument(who + ": the fused bias + activation epilogue is in v2..v7");
+    throw std::invalid_argument(who + ": the fused bias + activation epilogue is in v2..v8");
   if (!check_tensor_gemm_args(who.c_str(), M, N, K, A, B, C, version >= 2)) return;
   std::string why;
   if (!version_supported(version, dtype_of<In>(), &why))
@@ -676,6 +686,9 @@ void tensor_gemm(int version, int M, int N, int K, float alpha, const In* A, con
       break;
     case 7:
       gemm_v7_persistent<In, Out>(0, M, N, K, alpha, A, B, beta, C, bias, act, stream);
+      break;
+    case 8:
+      launch_v8<In, Out>(0, who, M, N, K, A, B, C, e, stream);
       break;
   }
 }

@@ -31,18 +31,25 @@
 //                  shared memory (store_four)
 //   v7_wgmma_persistent  v6's kernel on one block per SM, each looping over tiles: the next
 //                  tile's loads overlap this tile's write-out, and the prologue is paid once
+//   v8_splitk_small_m  for inference at small batch (M <= 64), where B's bytes, not the FLOPs,
+//                  are the cost: mma.sync + ldmatrix on 16/32/64 x 64 block tiles, K split over
+//                  S blocks per tile so that enough of them stream B at once (v4's cp.async
+//                  ring, 4 stages), FP32 partials summed in a fixed order by the last block of
+//                  each tile (tensor_gemm_v8.cuh; the plan: namespace v8splitk below)
 //
 // Conventions of every launcher:
 //  - Dense row-major device arrays. Any M, N, K >= 0; tiles at the edges are zero-filled.
 //  - M == 0 or N == 0: nothing to do (pointers may be null). K == 0: C = act(beta*C + bias).
 //  - beta == 0: C is not read (may hold NaN), as in BLAS.
-//  - Alignment: v1 has none. v2..v7 load 16-byte chunks (cp.async / TMA), so they need
+//  - Alignment: v1 has none. v2..v8 load 16-byte chunks (cp.async / TMA), so they need
 //    K % 8 == 0, N % 8 == 0 and A, B 16-byte aligned; otherwise std::invalid_argument saying so.
 //  - Errors: std::invalid_argument for a negative size, a null pointer that is used, more than
 //    INT_MAX elements in a matrix, an unknown version, the alignment above, or bias/act given to
 //    v1; NotSupported (a std::runtime_error) for a version this GPU or this build lacks
-//    (v2..v4 need compute capability 8.0 and a build for compute_80+; v5..v7 need exactly 9.0);
-//    course::CudaError for a failed launch. Launches are asynchronous on `stream`.
+//    (v2..v4 and v8 need compute capability 8.0 and a build for compute_80+; v5..v7 need exactly
+//    9.0); course::CudaError for a failed launch. Launches are asynchronous on `stream`.
+//  - v8 alone keeps state between calls: a workspace per (device, stream), allocated by the
+//    first call that needs it (gemm_v8_splitk says when, and what that means for CUDA graphs).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -284,6 +291,66 @@ __host__ __device__ inline int b_load(int base, int j, int ks) {
 
 }  // namespace v4tuned
 
+// ---------------------------------------------------------------- v8's split-K plan (CPU-tested)
+//
+// v8 is for a fully connected layer at small batch: M <= 64 rows of activations times a K x N
+// weight matrix B. It does 2MNK FLOP on 2KN bytes of B, M FLOP per byte, far below what the
+// tensor cores can consume per byte of DRAM (an H200: about 990 TFLOP/s against 4.8 TB/s, some
+// 200 FLOP per byte): the time is streaming B once. What that needs is enough bytes in flight on
+// every SM (Little's law: bandwidth x latency, about 4.8 TB/s x 0.7 us = 3.4 MB, 26 KiB per SM
+// of 132). Output tiles alone give too few blocks (N = 4096 in 64-column tiles: 64 blocks for
+// 132 SMs), so K is split as well: S blocks per output tile, block z streaming K tiles
+// split_begin(z) .. split_begin(z + 1) - 1 and writing an FP32 partial tile; the last of the S
+// blocks to finish sums the partials (tensor_gemm_v8.cuh says how, and why it is deterministic).
+namespace v8splitk {
+constexpr int BN = 64, BK = 64, kThreads = 128, kStages = 4;
+constexpr int kWarps = kThreads / 32;  // warp w multiplies k16 step w of every K tile
+constexpr int kMaxSplits = 64;
+// A slice of fewer than 4 K tiles would not fill the 4-stage ring once; and the S partial tiles
+// the last block sums (S x rows x 64 floats) stay within 128 rows' worth, 32 KiB, so that this
+// serial tail of the kernel stays short.
+constexpr int kMinKTilesPerSplit = 4;
+constexpr int kMaxReduceRows = 128;
+
+// The block tile's rows: 16, 32 or 64 (one, two or four m16 fragments), the smallest that holds
+// M, so that little of the mma.sync work and of the shared memory is spent on zero rows; larger
+// M loops over tiles of 64 rows (a grid dimension).
+__host__ __device__ constexpr int block_rows(int M) {
+  return M <= 16 ? 16 : (M <= 32 ? 32 : 64);
+}
+// Dynamic shared memory of a block of `bm` rows: the 4-stage ring of A (bm x 64) and B (64 x 64)
+// tiles in rows padded by 16 bytes (padded_offset: conflict-free ldmatrix and cp.async), reused
+// after the K loop for the 4 warps' FP32 accumulator tiles (rows of 64 + 8 floats), whichever is
+// larger: 46,080 bytes for 16 rows, 55,296 for 32, 73,728 for 64.
+constexpr int smem_bytes(int bm) {
+  const int ring = kStages * (bm * (BK + 8) + BK * (BN + 8)) * 2;
+  const int partials = kWarps * bm * (BN + 8) * 4;
+  return ring > partials ? ring : partials;
+}
+// The first K tile of slice `split` of `splits` over `k_tiles` tiles: slices differ by at most
+// one tile, and with more slices than tiles some are empty (they still write a zero partial).
+__host__ __device__ inline int split_begin(int split, int splits, int k_tiles) {
+  return static_cast<int>(static_cast<long long>(split) * k_tiles / splits);
+}
+
+struct SplitPlan {
+  int bm = 0;                        // block_rows(M)
+  int tiles_m = 0, tiles_n = 0;      // output tiles: ceil(M / bm) x ceil(N / 64)
+  int k_tiles = 0;                   // ceil(K / 64)
+  int splits = 0;                    // S: the grid is tiles_n x tiles_m x S blocks
+  std::size_t workspace_floats = 0;  // S x M x N FP32 partials (0 when S == 1)
+  std::size_t tickets = 0;           // one int per output tile (0 when S == 1)
+};
+// The plan for an M x N x K product (each >= 1) on `sm_count` SMs that hold `blocks_per_sm` of
+// its blocks at once (cudaOccupancyMaxActiveBlocksPerMultiprocessor). splits > 0 forces S;
+// splits == 0 chooses the largest S that keeps one wave, tiles x S <= sm_count x blocks_per_sm
+// (every block resident from the start: no second, partial wave), at least kMinKTilesPerSplit K
+// tiles per slice, S x min(M, bm) <= kMaxReduceRows and S <= kMaxSplits; but S >= 1 (large M,
+// or a small K, gives S = 1: no workspace, the epilogue straight from the block). The 4096 x 4096
+// layer on an H200 (132 SMs, 3-4 blocks each): S = 8 at M <= 16 (512 blocks), 4 at M = 32.
+SplitPlan plan_splits(int M, int N, int K, int sm_count, int blocks_per_sm, int splits);
+}  // namespace v8splitk
+
 // ---------------------------------------------------------------- the launchers
 
 // A version the GPU or the build lacks: report "not supported on this GPU", not a failure.
@@ -310,7 +377,7 @@ constexpr DType dtype_of<__nv_bfloat16>() {
 }
 
 // One call of any version. In: __half or __nv_bfloat16; Out: float or In (instantiated for
-// those four pairs). bias: N floats on the device or null; act: none unless v2..v7.
+// those four pairs). bias: N floats on the device or null; act: none unless v2..v8.
 template <class In, class Out>
 void tensor_gemm(int version, int M, int N, int K, float alpha, const In* A, const In* B,
                  float beta, Out* C, const float* bias = nullptr, Activation act = Activation::none,
@@ -344,7 +411,7 @@ void gemm_v4_tile(V4Tile tile, int M, int N, int K, float alpha, const In* A, co
                   Activation act = Activation::none, cudaStream_t stream = nullptr);
 
 struct VersionInfo {
-  int number;        // 1..7, what --version takes
+  int number;        // 1..8, what --version takes
   const char* name;  // "v4_pipeline"
   const char* idea;  // one line
 };
@@ -359,7 +426,7 @@ constexpr int kHopperVersion = 5;  // the first wgmma kernel
 bool version_supported(int version, DType in, std::string* why_not = nullptr);
 
 // Throws std::invalid_argument (naming `who`) for the conventions above; returns false when
-// there is nothing to compute. `aligned16` asks for the v2..v7 alignment.
+// there is nothing to compute. `aligned16` asks for the v2..v8 alignment.
 bool check_tensor_gemm_args(const char* who, int M, int N, int K, const void* A, const void* B,
                             const void* C, bool aligned16);
 
@@ -381,6 +448,34 @@ void gemm_v7_persistent(int blocks, int M, int N, int K, float alpha, const In* 
                         float beta, Out* C, const float* bias, Activation act, cudaStream_t stream);
 // Whether the sm_90a library holds real code (false if nvcc could not build it).
 bool sm90_kernels_built();
+
+// v8, split-K for small M (tensor_gemm_v8.cuh; the plan: namespace v8splitk above). A: M x K,
+// B: K x N, C: M x N, row-major, the same types, epilogue and conventions as every version
+// (K % 8 == 0, N % 8 == 0, A and B 16-byte aligned); any M, though it is built for M <= 64.
+// `splits`: K slices per output tile; 0 lets plan_splits choose from the shape and this GPU (what
+// tensor_gemm(8, ...) passes), 1..v8splitk::kMaxSplits forces it, even past the number of K
+// tiles (some slices are then empty: the tests do that). The S FP32 partial tiles are summed in
+// the order of their K slices by the last of the S blocks to finish, so the result is the same
+// bits from run to run for a given GPU and shape (S depends on the SM count and occupancy).
+// Workspace: S x M x N floats and one int per output tile, kept per (device, stream) for the
+// life of the process; calls on one stream share it (stream order keeps them apart), calls on
+// different streams do not. The first call on a stream that needs more allocates it with
+// cudaMallocAsync on that stream (no host synchronisation); a workspace is never freed, since
+// a CUDA graph captured earlier may point at it. While `stream` is capturing a graph nothing may
+// be allocated: make one call with the largest shape on that stream first, or the call throws
+// std::runtime_error. A graph captured with v8 must not run concurrently with itself or with v8
+// on its capture stream. Errors: as tensor_gemm(8, ...), plus std::invalid_argument for splits
+// outside 0..kMaxSplits (before any CUDA call) or for M over 65535 block rows of 64; and
+// std::runtime_error for a workspace that would have to grow during a capture.
+// Background: split-K as CUTLASS's GEMMs do it (a serial reduction over the K slices, or
+// "parallel" split-K, which reduces in a second kernel), the fix-up of partial tiles in
+// Stream-K (Osama, Merrill, Cecka, Garland and Owens, "Stream-K: Work-centric Parallel
+// Decomposition for Dense Matrix-Matrix Multiplication on the GPU", PPoPP 2023), and the last
+// block's ticket from the CUDA Programming Guide's example under "Memory Fence Functions".
+template <class In, class Out>
+void gemm_v8_splitk(int splits, int M, int N, int K, float alpha, const In* A, const In* B,
+                    float beta, Out* C, const float* bias = nullptr,
+                    Activation act = Activation::none, cudaStream_t stream = nullptr);
 
 // ---------------------------------------------------------------- peak and baselines
 
@@ -461,7 +556,7 @@ constexpr double kFp32U = 1.0 / (1 << 24);
 // The exercises write pieces of two real GEMMs; each stub's comment in exercise.cu is its
 // contract. The test binary lesson10_exercise_tests runs your exercise.cu; lesson10_tests, the
 // lesson binary and the benchmark run the solutions (solutions.cuh, solutions_sm90.cu), and
-// the course's own kernels v1..v7 never call the ex_ functions.
+// the course's own kernels v1..v8 never call the ex_ functions.
 //
 // Exercise 1: the shared-memory addresses of an mma.sync kernel whose tiles are XOR-swizzled:
 //   where element (row, col) of a tile with rows of `row_halves` halves is stored, and which

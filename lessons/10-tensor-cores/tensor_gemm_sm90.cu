@@ -179,15 +179,8 @@ __device__ __forceinline__ void write_tile_staged(const Epilogue& e, Out* C, int
   for (int idx = t; idx < BM * (BN / 4); idx += 256) {
     const int r = idx / (BN / 4), c = (idx % (BN / 4)) * 4, m = bm + r, n = bn + c;
     if (m >= M || n >= N) continue;  // N % 8 == 0 and n % 4 == 0: n < N means n + 3 < N
-    const float4 v = *reinterpret_cast<const float4*>(staged + r * kStagedLd + c);
-    if (store_quads) {
-      store_four(e, C, N, m, n, v);
-    } else {
-      store_one(e, C, N, m, n, v.x);
-      store_one(e, C, N, m, n + 1, v.y);
-      store_one(e, C, N, m, n + 2, v.z);
-      store_one(e, C, N, m, n + 3, v.w);
-    }
+    store_quad(e, C, N, m, n, *reinterpret_cast<const float4*>(staged + r * kStagedLd + c),
+               store_quads);
   }
 }
 

@@ -14,7 +14,9 @@
 // K and N tails off the 128-wide tiles; beta == 0 with C full of NaN; the fused epilogue; the
 // cuBLAS and cuBLASLt baselines against the same reference; one 1024-sized product per version
 // against cuBLAS; the 128x256 kernel's tile edges, its two store paths and v7's loop over tiles
-// on a few blocks.
+// on a few blocks; v8 (split-K) at a layer's shapes (N = K = 4096, M = 1..300), with forced split
+// counts that leave slices empty, called again (its tickets reset, the same bits), on a second
+// stream, and captured in a CUDA graph. CPU: v8's split plan and slices.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -29,7 +31,9 @@
 
 #include "common/cuda_check.hpp"
 #include "common/memory.hpp"
+#include "common/stream.hpp"
 #include "common/testing.hpp"
+#include "ceiling.cuh"
 #include "tensor_gemm.cuh"
 
 using course::testing::Approx;
@@ -543,13 +547,99 @@ TEST_CASE("bad arguments throw std::invalid_argument before any CUDA call", "[cp
                     Contains("null"));
   CHECK_THROWS_WITH(tensor_gemm(9, 8, 8, 8, 1.0f, p, p, 0.0f, c), Contains("unknown version"));
   CHECK_THROWS_WITH(tensor_gemm(1, 8, 8, 8, 1.0f, p, p, 0.0f, c, nullptr, Activation::relu),
-                    Contains("v2..v7"));
+                    Contains("v2..v8"));
+  CHECK_THROWS_WITH(tensor_gemm(8, 8, 8, 12, 1.0f, p, p, 0.0f, c), Contains("multiples of 8"));
+  CHECK_THROWS_WITH(gemm_v8_splitk(-1, 8, 8, 8, 1.0f, p, p, 0.0f, c), Contains("splits"));
+  CHECK_THROWS_WITH(gemm_v8_splitk(v8splitk::kMaxSplits + 1, 8, 8, 8, 1.0f, p, p, 0.0f, c),
+                    Contains("splits"));
+  CHECK_THROWS_WITH(gemm_v8_splitk(0, 8, 12, 8, 1.0f, p, p, 0.0f, c), Contains("multiples of 8"));
   CHECK_THROWS_WITH(
       tensor_gemm(4, 8, 8, 8, 1.0f, p, p, 0.0f, c, nullptr, static_cast<Activation>(7)),
       Contains("unknown activation"));
   CHECK_THROWS_WITH(tensor_gemm(4, 50000, 50000, 8, 1.0f, p, p, 0.0f, c), Contains("INT_MAX"));
   // M == 0 or N == 0: nothing to do, no pointer read, no CUDA call.
   CHECK_NOTHROW(tensor_gemm<__half, float>(4, 0, 8, 8, 1.0f, nullptr, nullptr, 0.0f, nullptr));
+  CHECK_NOTHROW(gemm_v8_splitk<__half, float>(3, 8, 0, 8, 1.0f, nullptr, nullptr, 0.0f, nullptr));
+}
+
+// ---------------------------------------------------------------- CPU: v8's plan
+
+TEST_CASE("v8's K slices: contiguous, in order, sizes within one tile, empty past the tiles",
+          "[cpu][v8]") {
+  using v8splitk::split_begin;
+  for (int k_tiles = 1; k_tiles <= 70; ++k_tiles)
+    for (int splits = 1; splits <= v8splitk::kMaxSplits; ++splits) {
+      INFO(k_tiles << " K tiles, " << splits << " slices");
+      REQUIRE(split_begin(0, splits, k_tiles) == 0);
+      REQUIRE(split_begin(splits, splits, k_tiles) == k_tiles);
+      int empty = 0;
+      for (int z = 0; z < splits; ++z) {
+        const int size = split_begin(z + 1, splits, k_tiles) - split_begin(z, splits, k_tiles);
+        CHECK(size >= k_tiles / splits);
+        CHECK(size <= k_tiles / splits + 1);
+        empty += size == 0 ? 1 : 0;
+      }
+      CHECK(empty == std::max(0, splits - k_tiles));
+    }
+}
+
+TEST_CASE("v8's split plan: one wave, slices of 4+ K tiles, a short tail, and the largest such S",
+          "[cpu][v8]") {
+  using namespace v8splitk;
+  // The 4096 x 4096 layer on an H200 (132 SMs), with the blocks per SM that the shared memory
+  // (45, 54 and 72 KiB + 1 KiB reserved each, of 228 KiB) and the registers (ptxas, CUDA 13.0:
+  // 96, 144 and 168 per thread) leave: 4 of 16 rows, 3 of 32, 3 of 64.
+  struct Want {
+    int M, per_sm, bm, splits;
+  };
+  for (const Want w :
+       {Want{1, 4, 16, 8}, Want{2, 4, 16, 8}, Want{16, 4, 16, 8}, Want{17, 3, 32, 6},
+        Want{32, 3, 32, 4}, Want{64, 3, 64, 2}, Want{65, 3, 64, 2}, Want{300, 3, 64, 1}}) {
+    INFO("M " << w.M);
+    const SplitPlan p = plan_splits(w.M, 4096, 4096, 132, w.per_sm, 0);
+    CHECK(p.bm == w.bm);
+    CHECK(p.tiles_n == 64);
+    CHECK(p.k_tiles == 64);
+    CHECK(p.splits == w.splits);
+  }
+  CHECK(smem_bytes(16) == 46080);
+  CHECK(smem_bytes(32) == 55296);
+  CHECK(smem_bytes(64) == 73728);
+  for (const int bm : {16, 32, 64}) CHECK(smem_bytes(bm) <= 99 * 1024);  // sm_86/89 opt-in too
+  CHECK(4 * (smem_bytes(32) + 1024) <= 228 * 1024);  // 4 per Hopper SM, as far as smem goes
+  // A forced S is taken as it is, even past the K tiles.
+  const SplitPlan forced = plan_splits(17, 264, 200, 132, 4, 7);
+  CHECK(forced.splits == 7);
+  CHECK(forced.k_tiles == 4);
+  CHECK(forced.workspace_floats == std::size_t{7} * 17 * 264);
+  CHECK(forced.tickets == std::size_t{1} * 5);
+  // Every shape: the rules of plan_splits, and S is the largest that keeps them.
+  for (const int M : {1, 3, 16, 17, 31, 32, 33, 64, 65, 100, 300, 1000, 5000})
+    for (const int N : {8, 64, 72, 1000, 4096})
+      for (const int K : {8, 64, 200, 256, 1000, 4096, 8192})
+        for (const int sms : {1, 46, 108, 132})
+          for (const int per_sm : {1, 2, 3, 4}) {
+            INFO("M " << M << " N " << N << " K " << K << ", " << sms << " SMs x " << per_sm);
+            const SplitPlan p = plan_splits(M, N, K, sms, per_sm, 0);
+            REQUIRE(p.bm == block_rows(M));
+            CHECK((p.bm == 16 || p.bm == 32 || p.bm == 64));
+            CHECK(p.bm >= std::min(M, 64));
+            CHECK(static_cast<long long>(p.tiles_m) * p.bm >= M);
+            CHECK(static_cast<long long>(p.tiles_n) * BN >= N);
+            CHECK(static_cast<long long>(p.k_tiles) * BK >= K);
+            const long long tiles = static_cast<long long>(p.tiles_m) * p.tiles_n;
+            const int rows = std::min(M, p.bm);
+            const auto keeps_rules = [&](long long s) {
+              return s <= kMaxSplits && tiles * s <= static_cast<long long>(sms) * per_sm &&
+                     p.k_tiles / s >= kMinKTilesPerSplit && s * rows <= kMaxReduceRows;
+            };
+            REQUIRE(p.splits >= 1);
+            CHECK((p.splits == 1 || keeps_rules(p.splits)));
+            CHECK(!keeps_rules(p.splits + 1));
+            CHECK(p.workspace_floats ==
+                  (p.splits > 1 ? static_cast<std::size_t>(p.splits) * M * N : 0));
+            CHECK(p.tickets == (p.splits > 1 ? static_cast<std::size_t>(tiles) : 0));
+          }
 }
 
 // ---------------------------------------------------------------- GPU
@@ -920,8 +1010,237 @@ TEST_CASE("v6 with C at an odd element offset gives the same bits as aligned C",
   CHECK(differ == 0);
 }
 
+// ---------------------------------------------------------------- GPU: v8, split-K
+
+TEST_CASE("v8 split-K: every element vs FP64", "[gpu][v8]") {
+  check_all_types(8);
+  check_version_vs_cublas<__nv_bfloat16, float>(8);
+  // The 128x256 kernels' edge cases are off v8's 16..64 x 64 x 64 tiles too (M = 1153: 19 block
+  // rows of 64; K = 8: one partial K tile, so S = 1; K = 1000: 16 K tiles).
+  if (supported(8, DType::f16)) check_128x256_edges(ByVersion{8});
+}
+
+namespace {
+// FP64 references of a whole product, a row at a time with k outer and n inner, so that B is
+// read in order: at N = K = 4096 reference_element's walk down B's columns would take minutes.
+void reference_rows(int M, int N, int K, const std::vector<float>& a, const std::vector<float>& b,
+                    std::vector<double>* dot, std::vector<double>* abs_sum) {
+  dot->assign(static_cast<std::size_t>(M) * N, 0.0);
+  abs_sum->assign(static_cast<std::size_t>(M) * N, 0.0);
+  for (int m = 0; m < M; ++m) {
+    double* d = dot->data() + static_cast<std::size_t>(m) * N;
+    double* s = abs_sum->data() + static_cast<std::size_t>(m) * N;
+    for (int k = 0; k < K; ++k) {
+      const double x = a[static_cast<std::size_t>(m) * K + k];
+      const float* row = b.data() + static_cast<std::size_t>(k) * N;
+      for (int n = 0; n < N; ++n) {
+        const double p = x * row[n];
+        d[n] += p;
+        s[n] += std::fabs(p);
+      }
+    }
+  }
+}
+
+// v8 (gemm_v8_splitk with `splits`, 0: its own choice) at a layer's shape: every element against
+// FP64 within tensor_gemm_error_bound, as check_against_reference, with the references from
+// reference_rows (and a few of them against reference_element, the documented oracle).
+template <class In, class Out>
+void check_v8_large(int splits, int M, int N, int K, float alpha, float beta, bool with_bias,
+                    Activation act) {
+  INFO("v8 splits " << splits << " M " << M << " N " << N << " K " << K << " beta " << beta
+                    << " bias " << with_bias << " act " << to_string(act) << " in "
+                    << to_string(dtype_of<In>()) << " out " << to_string(dtype_of<Out>()));
+  const std::size_t an = static_cast<std::size_t>(M) * K, bn = static_cast<std::size_t>(K) * N,
+                    cn = static_cast<std::size_t>(M) * N;
+  course::DeviceBuffer<In> A(an), B(bn);
+  course::DeviceBuffer<Out> C(cn);
+  course::DeviceBuffer<float> bias(N);
+  fill_uniform(A.data(), an, 41, -1.0f, 1.0f);
+  fill_uniform(B.data(), bn, 42, -1.0f, 1.0f);
+  fill_uniform(bias.data(), N, 43, -1.0f, 1.0f);
+  if (beta != 0.0f)
+    fill_uniform(C.data(), cn, 44, -1.0f, 1.0f);
+  else
+    CUDA_CHECK(cudaMemset(C.data(), 0xFF, cn * sizeof(Out)));  // NaN: must not be read
+  CUDA_CHECK(cudaDeviceSynchronize());
+  const std::vector<float> a = host_floats(A), b = host_floats(B), c0 = host_floats(C),
+                           bs = host_floats(bias);
+  gemm_v8_splitk(splits, M, N, K, alpha, A.data(), B.data(), beta, C.data(),
+                 with_bias ? bias.data() : nullptr, act);
+  CUDA_CHECK(cudaDeviceSynchronize());
+  const std::vector<float> got = host_floats(C);
+  std::vector<double> dot, abs_sum;
+  reference_rows(M, N, K, a, b, &dot, &abs_sum);
+  for (const std::size_t i : {std::size_t{0}, cn / 2, cn - 1}) {
+    double s = 0.0;
+    const double d = reference_element(N, K, a.data(), b.data(), static_cast<int>(i / N),
+                                       static_cast<int>(i % N), &s);
+    REQUIRE(std::fabs(d - dot[i]) <= 1e-9 * (s + 1.0));
+  }
+  std::size_t bad = 0;
+  double worst = 0.0;
+  for (std::size_t i = 0; i < cn; ++i) {
+    const double cold = beta != 0.0f ? c0[i] : 0.0;
+    const double bias_n = with_bias ? bs[i % N] : 0.0;
+    const double exact = ref_act(alpha * dot[i] + beta * cold + bias_n, act);
+    const double tol = tensor_gemm_error_bound(K, alpha, abs_sum[i], beta, cold, bias_n, act,
+                                               dtype_of<Out>(), exact);
+    const double err = std::fabs(got[i] - exact);
+    if (!(err <= tol)) {
+      if (bad < 5)
+        UNSCOPED_INFO("C[" << i / N << "][" << i % N << "] = " << got[i] << ", exact " << exact);
+      ++bad;
+    }
+    worst = std::max(worst, tol > 0 ? err / tol : err);
+  }
+  INFO("worst error / bound " << worst);
+  CHECK(bad == 0);
+}
+}  // namespace
+
+// M from one row to past 4 tiles of 64 (v8's own choice of S: 8 slices at M <= 16, fewer
+// above, 1 at M = 300), and N, K off the 64 x 64 tiles.
+TEST_CASE("v8 at inference shapes: N = K = 4096, M = 1..300, and odd sizes; every element",
+          "[gpu][v8]") {
+  if (!supported(8, DType::f16)) return;
+  for (const int M : {1, 2, 17, 32, 64, 65, 300})
+    check_v8_large<__half, float>(0, M, 4096, 4096, 1.0f, 0.0f, false, Activation::none);
+  check_v8_large<__half, __half>(0, 8, 4096, 4096, 1.0f, 0.5f, true, Activation::gelu);
+  check_v8_large<__nv_bfloat16, __nv_bfloat16>(0, 32, 4096, 4096, 1.0f, 0.0f, true,
+                                               Activation::relu);
+  check_v8_large<__nv_bfloat16, float>(0, 5, 1000, 1000, 1.5f, -0.5f, false, Activation::none);
+  check_v8_large<__half, float>(0, 3, 4104, 2056, 1.0f, 0.0f, true, Activation::none);
+  check_v8_large<__half, __half>(0, 33, 8, 4096, 1.0f, 0.0f, false, Activation::none);
+  check_v8_large<__half, float>(0, 50, 1000, 520, 1.0f, 0.25f, true, Activation::gelu);
+}
+
+// Forced slice counts: 1 (the direct write-out), 2 and 3, and more slices than K tiles, which
+// leaves slices with no K tile at all (K = 200: 4 tiles; K = 8: one partial tile).
+TEST_CASE("v8 with forced split counts, some slices empty: every element vs FP64", "[gpu][v8]") {
+  if (!supported(8, DType::f16)) return;
+  const std::vector<Case> cases = {{17, 264, 200}, {1, 8, 8}, {65, 520, 1000}, {130, 72, 136}};
+  for (const int splits : {1, 2, 3, 7, v8splitk::kMaxSplits})
+    for (const Case& c : cases) {
+      INFO("splits " << splits);
+      check_against_reference<__half, float>(
+          c.M, c.N, c.K, 1.0f, 0.0f, false, Activation::none,
+          [&](const __half* A, const __half* B, float* C, const float*) {
+            gemm_v8_splitk(splits, c.M, c.N, c.K, 1.0f, A, B, 0.0f, C);
+          });
+    }
+  for (const int splits : {5, 9})
+    check_against_reference<__nv_bfloat16, __nv_bfloat16>(
+        33, 136, 264, 1.5f, -0.5f, true, Activation::gelu,
+        [&](const __nv_bfloat16* A, const __nv_bfloat16* B, __nv_bfloat16* C, const float* bias) {
+          gemm_v8_splitk(splits, 33, 136, 264, 1.5f, A, B, -0.5f, C, bias, Activation::gelu);
+        });
+  check_v8_large<__half, float>(v8splitk::kMaxSplits, 17, 4096, 4096, 1.0f, 0.0f, false,
+                                Activation::none);
+}
+
+namespace {
+// One v8 product of a fixed problem into `C` (reset to NaN first), on `stream`.
+struct V8Problem {
+  int M, N, K;
+  course::DeviceBuffer<__half> A, B;
+  course::DeviceBuffer<float> bias;
+  V8Problem(int m, int n, int k)
+      : M(m), N(n), K(k), A(std::size_t{1} * m * k), B(std::size_t{1} * k * n), bias(n) {
+    fill_uniform(A.data(), A.size(), 51, -1.0f, 1.0f);
+    fill_uniform(B.data(), B.size(), 52, -1.0f, 1.0f);
+    fill_uniform(bias.data(), bias.size(), 53, -1.0f, 1.0f);
+    CUDA_CHECK(cudaDeviceSynchronize());
+  }
+  void run(course::DeviceBuffer<__half>& C, cudaStream_t stream, int splits = 0) const {
+    CUDA_CHECK(cudaMemsetAsync(C.data(), 0xFF, C.bytes(), stream));
+    gemm_v8_splitk(splits, M, N, K, 1.0f, A.data(), B.data(), 0.0f, C.data(), bias.data(),
+                   Activation::gelu, stream);
+  }
+};
+std::size_t count_differences(const course::DeviceBuffer<__half>& x,
+                              const course::DeviceBuffer<__half>& y) {
+  const std::vector<__half> a = course::to_host(x), b = course::to_host(y);
+  std::size_t differ = 0;
+  for (std::size_t i = 0; i < a.size(); ++i)
+    differ += std::memcmp(&a[i], &b[i], sizeof(__half)) != 0 ? 1 : 0;
+  return differ;
+}
+}  // namespace
+
+// A ticket left at a non-zero count would make the next call's blocks miss the last one, and
+// its C would stay NaN; a sum in the order blocks finish would change bits from call to call.
+TEST_CASE("v8 called again: its tickets reset, the same bits, on another stream too", "[gpu][v8]") {
+  if (!supported(8, DType::f16)) return;
+  const V8Problem layer(17, 4096, 4096), other(40, 1000, 520);
+  course::DeviceBuffer<__half> first(std::size_t{1} * 17 * 4096), again(first.size()),
+      side(first.size()), small(std::size_t{1} * 40 * 1000), small_again(small.size());
+  course::Stream stream, second;
+  layer.run(first, stream);
+  other.run(small, stream, 6);  // another shape and S between the two: other tickets, other S
+  layer.run(again, stream);
+  other.run(small_again, stream, 6);
+  layer.run(side, second);  // a second stream: its own workspace
+  stream.synchronize();
+  second.synchronize();
+  CHECK(count_differences(first, again) == 0);
+  CHECK(count_differences(first, side) == 0);
+  CHECK(count_differences(small, small_again) == 0);
+  const std::vector<__half> c = course::to_host(first);
+  CHECK(std::none_of(c.begin(), c.end(), [](__half h) { return std::isnan(__half2float(h)); }));
+}
+
+// In a graph the kernel node keeps the workspace pointers it was captured with: the workspace
+// must exist before the capture (v8 refuses to allocate during one, with a message), and the
+// tickets the graph's kernel leaves at zero serve its next replay.
+TEST_CASE("v8 in a CUDA graph: no allocation in a capture; replayed twice, the same bits",
+          "[gpu][v8]") {
+  if (!supported(8, DType::f16)) return;
+  const V8Problem layer(8, 4096, 4096);
+  course::DeviceBuffer<__half> direct(std::size_t{1} * 8 * 4096), replay(direct.size());
+  course::Stream stream, fresh;
+  layer.run(direct, stream);  // also loads the module before any capture
+  stream.synchronize();
+
+  // A workspace larger than this stream has: the call throws instead of allocating inside the
+  // capture. (64 slices of 64 x 8192 need 128 MiB, more than any other test's: a new stream may
+  // get the handle of a destroyed one, and with it that stream's workspace.)
+  const int M = 64, N = 8192, K = 256;
+  course::DeviceBuffer<__half> A(std::size_t{1} * M * K), B(std::size_t{1} * K * N),
+      C(std::size_t{1} * M * N);
+  REQUIRE(cudaStreamBeginCapture(fresh, cudaStreamCaptureModeThreadLocal) == cudaSuccess);
+  std::string error;
+  try {
+    gemm_v8_splitk(v8splitk::kMaxSplits, M, N, K, 1.0f, A.data(), B.data(), 0.0f, C.data(), nullptr,
+                   Activation::none, fresh.get());
+  } catch (const std::runtime_error& e) {
+    error = e.what();
+  }
+  cudaGraph_t empty = nullptr;
+  CHECK(cudaStreamEndCapture(fresh, &empty) == cudaSuccess);
+  if (empty != nullptr) CUDA_CHECK(cudaGraphDestroy(empty));
+  CHECK_THAT(error, Contains("capturing"));
+
+  // The stream that has its workspace: capture, instantiate, replay twice.
+  cudaGraph_t graph = nullptr;
+  REQUIRE(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal) == cudaSuccess);
+  layer.run(replay, stream);
+  REQUIRE(cudaStreamEndCapture(stream, &graph) == cudaSuccess);
+  cudaGraphExec_t exec = nullptr;
+  REQUIRE(cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess);
+  for (int r = 0; r < 2; ++r) {
+    CUDA_CHECK(cudaMemsetAsync(replay.data(), 0, replay.bytes(), stream));
+    CUDA_CHECK(cudaGraphLaunch(exec, stream));
+    stream.synchronize();
+    INFO("replay " << r);
+    CHECK(count_differences(direct, replay) == 0);
+  }
+  CUDA_CHECK(cudaGraphExecDestroy(exec));
+  CUDA_CHECK(cudaGraphDestroy(graph));
+}
+
 TEST_CASE("on compute capability 9.0 every version is supported (an H200 build)",
-          "[gpu][v5][v6][v7]") {
+          "[gpu][v5][v6][v7][v8]") {
   int device = 0, major = 0, minor = 0;
   CUDA_CHECK(cudaGetDevice(&device));
   CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
@@ -1063,4 +1382,39 @@ TEST_CASE("exercise 3: the wgmma GEMM with your consumer loop, every element vs 
     run(c.M, c.N, c.K, 1.5f, -0.5f, Activation::none, __nv_bfloat16{});
   }
   run(300, 520, 136, 1.0f, 0.5f, Activation::gelu, __half{});
+}
+
+// ------------------------------------------------------------------ the ceilings (ceiling.cuh)
+
+TEST_CASE("The ceilings refuse a type without tensor-core FP32 accumulation and a bad duration",
+          "[cpu][ceiling]") {
+  CHECK_THROWS_WITH(mma_sync_ceiling(DType::f32), Contains("expected f16 or bf16"));
+  CHECK_THROWS_WITH(wgmma_ceiling(DType::f32), Contains("expected f16 or bf16"));
+  CHECK_THROWS_WITH(mma_sync_ceiling(DType::f16, 0.001), Contains("seconds must be in"));
+  CHECK_THROWS_WITH(wgmma_ceiling(DType::bf16, 11.0), Contains("seconds must be in"));
+  CHECK_THROWS_AS(mma_sync_ceiling(DType::f16, std::nan("")), std::invalid_argument);
+}
+
+// What the ceilings return (their values are measurements: the binary prints them; no time is
+// asserted). Both types, and the wgmma one where this GPU and build have it.
+TEST_CASE("The ceilings run on every SM and count their FLOPs", "[gpu][ceiling]") {
+  int device = 0, sms = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  for (const DType in : {DType::f16, DType::bf16}) {
+    INFO(to_string(in));
+    const Ceiling m = mma_sync_ceiling(in, 0.02);
+    CHECK(m.sm_count == sms);
+    CHECK(std::isfinite(m.tflops));
+    CHECK(m.tflops > 0.0);
+    CHECK(m.seconds > 0.0);
+    if (version_supported(5, in)) {
+      const Ceiling w = wgmma_ceiling(in, 0.02);
+      CHECK(w.sm_count == sms);
+      CHECK(std::isfinite(w.tflops));
+      CHECK(w.tflops > 0.0);
+    } else {
+      CHECK_THROWS_AS(wgmma_ceiling(in, 0.02), NotSupported);
+    }
+  }
 }
