@@ -666,7 +666,7 @@ TEST_CASE("Tensor-parallel GEMM on one rank equals the one-GPU GEMM exactly", "[
 }
 
 TEST_CASE("FP16 tensor-parallel GEMM on one rank equals lesson 10's GEMM bit for bit",
-          "[gpu][nccl][fp16]") {
+          "[gpu][nccl][fp16][ex4]") {
   if (!nccl_available()) {
     WARN(nccl_build_note());
     return;
@@ -704,7 +704,7 @@ TEST_CASE("FP16 tensor-parallel GEMM on one rank equals lesson 10's GEMM bit for
 }
 
 TEST_CASE("FP16 tensor-parallel GEMM on every GPU present against an FP64 reference, chunked",
-          "[gpu][nccl][fp16]") {
+          "[gpu][nccl][fp16][ex4]") {
   if (!nccl_available()) {
     WARN(nccl_build_note());
     return;
@@ -794,7 +794,7 @@ TEST_CASE("FP16 tensor-parallel GEMM refuses bad input with std::invalid_argumen
 }
 
 TEST_CASE("FP16 collectives on every GPU present: the sum in ncclHalf, the gather of halves",
-          "[gpu][nccl][fp16]") {
+          "[gpu][nccl][fp16][ex4]") {
   if (!nccl_available()) {
     WARN(nccl_build_note());
     return;
