@@ -69,7 +69,7 @@ void check_int8_conv_gpu_args(const Int8ConvArgs& a) {
 }
 
 void conv_int8_gpu(const Int8ConvArgs& a, cudaStream_t stream, int tile,
-                   unsigned long long* fallbacks) {
+                   unsigned long long* fallbacks, Int8Epilogue epilogue) {
   check_int8_conv_gpu_args(a);
   const int count = static_cast<int>(int8_conv_tiles().size());
   require(tile >= -1 && tile < count, "tile " + std::to_string(tile) +
@@ -99,7 +99,7 @@ void conv_int8_gpu(const Int8ConvArgs& a, cudaStream_t stream, int tile,
     CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
     tile = int8_conv_auto_tile(a, sms);
   }
-  detail::launch_int8_conv(tile, a, fallbacks, stream);
+  detail::launch_int8_conv(tile, a, epilogue, fallbacks, stream);
 }
 
 namespace {

@@ -43,6 +43,24 @@ __device__ __forceinline__ int8_t requantize(float x, float scale) {
   return static_cast<int8_t>(__float2int_rn(v));
 }
 
+// The fast INT8 epilogue (Int8Epilogue::fast): exercise 3's float path without its certificate,
+// operation for operation as solutions.cuh computes t (so that an element the certified path
+// would decide gets the same code here), then rounded half to even and saturated to +-127.
+// r = fl(1 / y_scale), computed once per kernel. An element the certified path would send to
+// the double fallback (about 1 in 4000 on the lesson's layers) may land one code away from
+// conv_int8_reference's; no other can.
+__device__ __forceinline__ int8_t int8_epilogue_fast(int acc, float xw_scale, float bias, int act,
+                                                     bool has_res, float res_scale, int res,
+                                                     float r) {
+  const float z = __fadd_rn(__fmul_rn(__int2float_rn(acc), xw_scale), bias);
+  const float y = act == 1 ? __fdividef(z, __fadd_rn(1.0f, __expf(-z))) : z;
+  const float rt = has_res ? __fmul_rn(res_scale, static_cast<float>(res)) : 0.0f;
+  const float t = __fmul_rn(__fadd_rn(y, rt), r);
+  // rintf then a clamp: NaN (v not finite) compares false both ways and converts to 0.
+  const float k = fminf(fmaxf(rintf(t), -127.0f), 127.0f);
+  return static_cast<int8_t>(__float2int_rz(k));
+}
+
 }  // namespace
 }  // namespace lesson13
 
@@ -91,25 +109,24 @@ __device__ __noinline__ double exact_value(int acc, float xs, float ws, float bi
 // build takes from solutions.cuh: a certified float epilogue that falls back to the double path
 // for the elements near a rounding boundary.
 
-// Stores of one or two adjacent output channels (float and FP16 from the double value).
-__device__ __forceinline__ void store1(int8_t* p, int8_t v) {
-  *p = v;
-}
+// Stores of one output channel, or of four adjacent ones (float and FP16 from the double value).
 __device__ __forceinline__ void store1(float* p, double v) {
   *p = __double2float_rn(v);
 }
 __device__ __forceinline__ void store1(__half* p, double v) {
   *p = __float2half_rn(__double2float_rn(v));
 }
-__device__ __forceinline__ void store2(int8_t* p, int8_t v0, int8_t v1) {
-  *reinterpret_cast<char2*>(p) = make_char2(v0, v1);
+__device__ __forceinline__ void store4(float* p, const double (&v)[4]) {
+  *reinterpret_cast<float4*>(p) = make_float4(__double2float_rn(v[0]), __double2float_rn(v[1]),
+                                              __double2float_rn(v[2]), __double2float_rn(v[3]));
 }
-__device__ __forceinline__ void store2(float* p, double v0, double v1) {
-  *reinterpret_cast<float2*>(p) = make_float2(__double2float_rn(v0), __double2float_rn(v1));
-}
-__device__ __forceinline__ void store2(__half* p, double v0, double v1) {
-  *reinterpret_cast<__half2*>(p) = __halves2half2(__float2half_rn(__double2float_rn(v0)),
-                                                  __float2half_rn(__double2float_rn(v1)));
+__device__ __forceinline__ void store4(__half* p, const double (&v)[4]) {
+  __half2 h[2];
+  h[0] = __halves2half2(__float2half_rn(__double2float_rn(v[0])),
+                        __float2half_rn(__double2float_rn(v[1])));
+  h[1] = __halves2half2(__float2half_rn(__double2float_rn(v[2])),
+                        __float2half_rn(__double2float_rn(v[3])));
+  *reinterpret_cast<uint2*>(p) = *reinterpret_cast<const uint2*>(h);
 }
 
 // ---------------------------------------------------------------- PTX wrappers
@@ -161,7 +178,28 @@ struct TileCfg {
   static constexpr int kAPasses = BM / kRowsPerPass;
   static constexpr int kBPasses = (BN + kRowsPerPass - 1) / kRowsPerPass;
   static constexpr int kAStageBytes = BM * kRowBytes, kBStageBytes = BN * kRowBytes;
-  static constexpr int kSmemBytes = kStages * (kAStageBytes + kBStageBytes);
+  // The epilogue's int32 tile over the stages: rows of BN + 8 (the +8 puts the 8 rows a half-warp
+  // writes with int2 stores in 8 different groups of 8 banks, and keeps rows 16-byte aligned).
+  static constexpr int kAccLd = BN + 8;
+  static constexpr int kAccBytes = BM * kAccLd * 4;
+  // After the larger of the two, the tile's per-channel constants: fl(x_scale w_scale[n]),
+  // w_scale[n] and bias[n], loaded once per block.
+  static constexpr int kChanBytes = 3 * BN * 4;
+  // The dynamic shared memory of a launch whose ring uses `stages` stages (fewer than kStages
+  // when K has fewer slices): the offset of the constants, and the whole.
+  __host__ __device__ static constexpr int chan_offset(int stages) {
+    return stages * (kAStageBytes + kBStageBytes) > kAccBytes
+               ? stages * (kAStageBytes + kBStageBytes)
+               : kAccBytes;
+  }
+  __host__ __device__ static constexpr int smem_bytes(int stages) {
+    return chan_offset(stages) + kChanBytes;
+  }
+  static constexpr int kSmemBytes =
+      (kStages * (kAStageBytes + kBStageBytes) > kAccBytes ? kStages * (kAStageBytes + kBStageBytes)
+                                                           : kAccBytes) +
+      kChanBytes;
+  static_assert(BN % 4 == 0, "the epilogue takes 4 channels at a time");
   static_assert(WM % 16 == 0 && WN % 16 == 0, "warp tile: m16 fragments, pairs of n8 fragments");
   static_assert(BM % kRowsPerPass == 0, "every thread copies the same number of A chunks");
   static_assert(MI >= 1 && NJ >= 2 && kAPasses >= 1 && kBPasses >= 1, "a non-empty tile");
@@ -177,7 +215,7 @@ struct KernelParams {
   unsigned long long* fallbacks;
 };
 
-template <class Cfg, class T>
+template <class Cfg, class T, bool kExact>
 __global__ void __launch_bounds__(Cfg::kThreads) conv_int8_mma(KernelParams kp) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   constexpr int BM = Cfg::BM, BN = Cfg::BN, MI = Cfg::MI, NJ = Cfg::NJ;
@@ -195,6 +233,15 @@ __global__ void __launch_bounds__(Cfg::kThreads) conv_int8_mma(KernelParams kp) 
   const int bm = blockIdx.x * BM, bn = blockIdx.y * BN;
   const int8_t* x = a.x;
   const int8_t* w = a.w;
+  // The tile's per-channel constants (the barriers of the K loop publish them).
+  float* chan = reinterpret_cast<float*>(smem + Cfg::chan_offset(stages_used));
+  for (int c = tid; c < BN; c += Cfg::kThreads) {
+    const int n = bn + c;
+    const float ws = n < a.out_c ? __ldg(a.w_scale + n) : 1.0f;
+    chan[c] = __fmul_rn(a.x_scale, ws);
+    chan[BN + c] = ws;
+    chan[2 * BN + c] = n < a.out_c ? __ldg(a.bias + n) : 0.0f;
+  }
 
   // This thread's A rows (output pixels): where their receptive fields start and the byte
   // offset of that corner. A row past M gets a corner no tap can reach (never read).
@@ -221,10 +268,13 @@ __global__ void __launch_bounds__(Cfg::kThreads) conv_int8_mma(KernelParams kp) 
 
   // K slice t into stage s: this thread's chunk of each row is k = 64 t + kbyte, i.e. tap
   // (r, q) and channels c .. c + 15 of it (in_c % 16 == 0: a chunk never straddles two taps).
+  // The slices are loaded in order, 0, 1, 2, ..., so the tap is tracked rather than divided out
+  // of k each time (int8_conv_tap once, then steps of 64 bytes: two integer divisions fewer per
+  // slice and thread).
+  Int8Tap tp = int8_conv_tap(kbyte, a.in_c, a.kernel);
   const auto load_tile = [&](int t, int s) {
     const int k = t * kBK + kbyte;
     const bool k_ok = k < K;
-    const Int8Tap tp = int8_conv_tap(k, a.in_c, a.kernel);
     const int r = tp.r, q = tp.s;
     const long long tap_off = (static_cast<long long>(r) * a.in_w + q) * a.x_stride + tp.c;
 #pragma unroll
@@ -243,6 +293,12 @@ __global__ void __launch_bounds__(Cfg::kThreads) conv_int8_mma(KernelParams kp) 
         cp_async_cg16(b_store + s * Cfg::kBStageBytes + p * kRowsPerPass * kRowBytes,
                       ok ? w + static_cast<long long>(n) * K + k : w, ok ? 16 : 0);
       }
+    }
+    // The tap of slice t + 1: 64 channels on, wrapping into the next taps.
+    tp.c += kBK;
+    while (tp.c >= a.in_c) {
+      tp.c -= a.in_c;
+      if (++tp.s == a.kernel) tp.s = 0, ++tp.r;
     }
   };
 
@@ -298,84 +354,103 @@ __global__ void __launch_bounds__(Cfg::kThreads) conv_int8_mma(KernelParams kp) 
     read = read + 1 == kStages ? 0 : read + 1;
     write = write + 1 == kStages ? 0 : write + 1;
   }
+  // Epilogue, in two steps, so that its code is one short loop rather than one inlined copy of
+  // the per-element epilogue for every accumulator register (64 copies in a 128x128 tile: over
+  // 12 000 instructions, which made the first version wait on instruction fetches for most of its
+  // time). 1: every warp writes its int32 accumulators into shared memory, a BM x (BN + 8) int32
+  // tile over the ring's stages (which no warp reads any more). 2: each thread takes 4 adjacent
+  // channels of one output pixel at a time (one 16-byte shared load), applies the epilogue to
+  // each, and stores the 4 outputs together: a warp writes 128 consecutive channels (or whole
+  // rows of a narrower tile) in one coalesced store.
   cp_async_wait<0>();  // only empty groups remain: nothing in flight when the block exits
-
-  // Epilogue: accumulators (2h, 2h + 1) of fragment (i, j) are channels n, n + 1 of one row
-  // (int8_acc_element). Output pixel m is NHWC row m: y[m * y_stride + n], res likewise.
-  // The per-channel constants of this thread's channels, once.
-  float ws[NJ][2], bias[NJ][2], s_k[NJ][2];
-#pragma unroll
-  for (int j = 0; j < NJ; ++j)
-#pragma unroll
-    for (int e = 0; e < 2; ++e) {
-      const int n = bn + wn0 + j * 8 + int8_acc_element(lane, e).col;
-      ws[j][e] = n < a.out_c ? __ldg(a.w_scale + n) : 1.0f;
-      bias[j][e] = n < a.out_c ? __ldg(a.bias + n) : 0.0f;
-      s_k[j][e] = __fmul_rn(a.x_scale, ws[j][e]);
-    }
-  T* y = static_cast<T*>(a.y);
-  const int8_t* res = a.res;
-  const bool has_res = res != nullptr;
-  const bool pairs =
-      a.y_stride % 2 == 0 && reinterpret_cast<uintptr_t>(y) % (2 * sizeof(T)) == 0 &&
-      (!has_res || (a.res_stride % 2 == 0 && reinterpret_cast<uintptr_t>(res) % 2 == 0));
+  __syncthreads();     // every warp has finished reading the stages
+  constexpr int LD = Cfg::kAccLd;
+  int* stage = reinterpret_cast<int*>(smem);
 #pragma unroll
   for (int i = 0; i < MI; ++i)
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int m = bm + wm0 + i * 16 + int8_acc_element(lane, 2 * h).row;
-      if (m >= M) continue;
-      const long long mm = m;
+    for (int h = 0; h < 2; ++h)
 #pragma unroll
       for (int j = 0; j < NJ; ++j) {
-        const int n = bn + wn0 + j * 8 + int8_acc_element(lane, 2 * h).col;
-        if (n >= a.out_c) continue;
-        const bool two = n + 1 < a.out_c;
-        int r0 = 0, r1 = 0;
-        if (has_res) {
-          const int8_t* rp = res + mm * a.res_stride + n;
-          if (pairs && two) {
-            const char2 rr = *reinterpret_cast<const char2*>(rp);
-            r0 = rr.x, r1 = rr.y;
-          } else {
-            r0 = rp[0];
-            if (two) r1 = rp[1];
-          }
-        }
-        T* yp = y + mm * a.y_stride + n;
-        if constexpr (sizeof(T) == 1) {
-          const int8_t q0 =
-              int8_epilogue(acc[i][j][2 * h], a.x_scale, ws[j][0], s_k[j][0], bias[j][0], a.act,
-                            has_res, a.res_scale, r0, a.y_scale, kp.fallbacks);
-          if (two) {
-            const int8_t q1 =
-                int8_epilogue(acc[i][j][2 * h + 1], a.x_scale, ws[j][1], s_k[j][1], bias[j][1],
-                              a.act, has_res, a.res_scale, r1, a.y_scale, kp.fallbacks);
-            if (pairs)
-              store2(yp, q0, q1);
-            else
-              yp[0] = q0, yp[1] = q1;
-          } else {
-            store1(yp, q0);
-          }
-        } else {
-          const double v0 = exact_value(acc[i][j][2 * h], a.x_scale, ws[j][0], bias[j][0], a.act,
-                                        has_res, a.res_scale, r0);
-          if (two) {
-            const double v1 = exact_value(acc[i][j][2 * h + 1], a.x_scale, ws[j][1], bias[j][1],
-                                          a.act, has_res, a.res_scale, r1);
-            if (pairs) {
-              store2(yp, v0, v1);
-            } else {
-              store1(yp, v0);
-              store1(yp + 1, v1);
-            }
-          } else {
-            store1(yp, v0);
-          }
-        }
+        // accumulators (2h, 2h + 1) of fragment (i, j): channels c, c + 1 of row r
+        const Int8RC e = int8_acc_element(lane, 2 * h);
+        *reinterpret_cast<int2*>(stage + (wm0 + i * 16 + e.row) * LD + wn0 + j * 8 + e.col) =
+            make_int2(acc[i][j][2 * h], acc[i][j][2 * h + 1]);
+      }
+  __syncthreads();
+
+  T* y = static_cast<T*>(a.y);
+  const int8_t* res = a.res;
+  const bool has_res = res != nullptr;
+  // Whether a group of 4 channels starting at a multiple of 4 can be loaded / stored as one
+  // vector: the stride and the base pointer aligned to 4 elements.
+  const bool y_vec = a.y_stride % 4 == 0 && reinterpret_cast<uintptr_t>(y) % (4 * sizeof(T)) == 0;
+  const bool res_vec =
+      has_res && a.res_stride % 4 == 0 && reinterpret_cast<uintptr_t>(res) % 4 == 0;
+  constexpr int kGroupsPerRow = BN / 4;
+  const float r_y = __frcp_rn(a.y_scale);  // the fast epilogue's 1 / y_scale
+#pragma unroll 1
+  for (int g = tid; g < BM * kGroupsPerRow; g += Cfg::kThreads) {
+    const int row = g / kGroupsPerRow, col = (g % kGroupsPerRow) * 4;
+    const int m = bm + row, n0 = bn + col;
+    if (m >= M || n0 >= a.out_c) continue;
+    const long long mm = m;
+    const bool full = n0 + 4 <= a.out_c;  // all 4 channels exist
+    const int4 acc4 = *reinterpret_cast<const int4*>(stage + row * LD + col);
+    const int accs[4] = {acc4.x, acc4.y, acc4.z, acc4.w};
+    const float4 xw4 = *reinterpret_cast<const float4*>(chan + col);
+    const float4 ws4 = *reinterpret_cast<const float4*>(chan + BN + col);
+    const float4 bias4 = *reinterpret_cast<const float4*>(chan + 2 * BN + col);
+    const float xw[4] = {xw4.x, xw4.y, xw4.z, xw4.w}, ws[4] = {ws4.x, ws4.y, ws4.z, ws4.w};
+    const float bias[4] = {bias4.x, bias4.y, bias4.z, bias4.w};
+    int rv[4] = {0, 0, 0, 0};
+    if (has_res) {
+      const int8_t* rp = res + mm * a.res_stride + n0;
+      if (res_vec && full) {
+        const char4 r4 = *reinterpret_cast<const char4*>(rp);
+        rv[0] = r4.x, rv[1] = r4.y, rv[2] = r4.z, rv[3] = r4.w;
+      } else {
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          if (n0 + e < a.out_c) rv[e] = rp[e];
       }
     }
+    T* yp = y + mm * a.y_stride + n0;
+    if constexpr (sizeof(T) == 1) {
+      int8_t q[4] = {0, 0, 0, 0};
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        if (n0 + e >= a.out_c) break;
+        if constexpr (kExact)
+          q[e] = int8_epilogue(accs[e], a.x_scale, ws[e], xw[e], bias[e], a.act, has_res,
+                               a.res_scale, rv[e], a.y_scale, kp.fallbacks);
+        else
+          q[e] =
+              int8_epilogue_fast(accs[e], xw[e], bias[e], a.act, has_res, a.res_scale, rv[e], r_y);
+      }
+      if (y_vec && full) {
+        *reinterpret_cast<char4*>(yp) = make_char4(q[0], q[1], q[2], q[3]);
+      } else {
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          if (n0 + e < a.out_c) yp[e] = q[e];
+      }
+    } else {
+      double v[4] = {0, 0, 0, 0};
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        if (n0 + e >= a.out_c) break;
+        v[e] = exact_value(accs[e], a.x_scale, ws[e], bias[e], a.act, has_res, a.res_scale, rv[e]);
+      }
+      if (y_vec && full) {
+        store4(yp, v);
+      } else {
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          if (n0 + e < a.out_c) store1(yp + e, v[e]);
+      }
+    }
+  }
 #elif defined(__CUDA_ARCH__)
   __trap();  // compiled for a GPU without mma.m16n8k32.s8 / cp.async: conv_int8_gpu refuses it
 #endif
@@ -411,32 +486,35 @@ void allow_smem(Kernel kernel, int bytes, std::atomic<unsigned long long>& done)
   done.fetch_or(bit);
 }
 
-template <class Cfg, class T>
+template <class Cfg, class T, bool kExact>
 void launch_tile(const Int8ConvArgs& a, unsigned long long* fallbacks, cudaStream_t stream) {
   const long long M = static_cast<long long>(a.batch) * a.out_h * a.out_w;
   const int K = a.kernel * a.kernel * a.in_c;
   const int slices = (K + kBK - 1) / kBK;
   const int stages = slices < kStages ? slices : kStages;
-  const int smem = stages * (Cfg::kAStageBytes + Cfg::kBStageBytes);
+  const int smem = Cfg::smem_bytes(stages);
   const dim3 grid(static_cast<unsigned>((M + Cfg::BM - 1) / Cfg::BM),
                   static_cast<unsigned>((a.out_c + Cfg::BN - 1) / Cfg::BN));
   if (smem > 48 * 1024) {
-    static std::atomic<unsigned long long> done{0};  // this kernel's (one per Cfg, T)
-    allow_smem(conv_int8_mma<Cfg, T>, Cfg::kSmemBytes, done);
+    static std::atomic<unsigned long long> done{0};  // this kernel's (one per Cfg, T, kExact)
+    allow_smem(conv_int8_mma<Cfg, T, kExact>, Cfg::kSmemBytes, done);
   }
-  conv_int8_mma<Cfg, T><<<grid, Cfg::kThreads, smem, stream>>>(KernelParams{a, fallbacks});
+  conv_int8_mma<Cfg, T, kExact><<<grid, Cfg::kThreads, smem, stream>>>(KernelParams{a, fallbacks});
   CUDA_CHECK_LAUNCH();
 }
 
 template <class Cfg>
-void launch_typed(const Int8ConvArgs& a, unsigned long long* fallbacks, cudaStream_t stream) {
+void launch_typed(const Int8ConvArgs& a, Int8Epilogue epilogue, unsigned long long* fallbacks,
+                  cudaStream_t stream) {
   switch (a.y_type) {
     case Int8ConvOutput::int8:
-      return launch_tile<Cfg, int8_t>(a, fallbacks, stream);
-    case Int8ConvOutput::f32:
-      return launch_tile<Cfg, float>(a, fallbacks, stream);
+      if (epilogue == Int8Epilogue::fast)
+        return launch_tile<Cfg, int8_t, false>(a, nullptr, stream);
+      return launch_tile<Cfg, int8_t, true>(a, fallbacks, stream);
+    case Int8ConvOutput::f32:  // always the double epilogue (the top of int8_conv_gpu.hpp)
+      return launch_tile<Cfg, float, true>(a, fallbacks, stream);
     case Int8ConvOutput::f16:
-      return launch_tile<Cfg, __half>(a, fallbacks, stream);
+      return launch_tile<Cfg, __half, true>(a, fallbacks, stream);
   }
   throw std::invalid_argument("conv_int8_gpu: unknown output type");
 }
@@ -461,17 +539,17 @@ const std::vector<Int8ConvTile>& int8_conv_tiles() {
 
 namespace detail {
 
-void launch_int8_conv(int tile, const Int8ConvArgs& a, unsigned long long* fallbacks,
-                      cudaStream_t stream) {
+void launch_int8_conv(int tile, const Int8ConvArgs& a, Int8Epilogue epilogue,
+                      unsigned long long* fallbacks, cudaStream_t stream) {
   switch (tile) {
     case 0:
-      return launch_typed<Tile128x128>(a, fallbacks, stream);
+      return launch_typed<Tile128x128>(a, epilogue, fallbacks, stream);
     case 1:
-      return launch_typed<Tile128x64>(a, fallbacks, stream);
+      return launch_typed<Tile128x64>(a, epilogue, fallbacks, stream);
     case 2:
-      return launch_typed<Tile64x64>(a, fallbacks, stream);
+      return launch_typed<Tile64x64>(a, epilogue, fallbacks, stream);
     case 3:
-      return launch_typed<Tile64x32>(a, fallbacks, stream);
+      return launch_typed<Tile64x32>(a, epilogue, fallbacks, stream);
     default:
       throw std::invalid_argument("conv_int8_gpu: tile " + std::to_string(tile) +
                                   " is not an index of int8_conv_tiles()");

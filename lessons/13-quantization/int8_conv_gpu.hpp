@@ -60,8 +60,10 @@ constexpr int kInt8ConvChannelMultiple = 16;
 
 // A block tile of the kernel: tile_m output pixels x tile_n output channels, computed by
 // warps_m x warps_n warps (each (tile_m / warps_m) x (tile_n / warps_n): m16 x n8 fragments),
-// `threads` = 32 warps_m warps_n per block, `smem_bytes` of dynamic shared memory (3 stages of
-// (tile_m + tile_n) rows of 80 bytes; int8_mma.hpp).
+// `threads` = 32 warps_m warps_n per block, `smem_bytes` of dynamic shared memory: the larger of
+// the cp.async ring (3 stages of tile_m + tile_n rows of 80 bytes; int8_mma.hpp) and the
+// epilogue's int32 tile (tile_m rows of tile_n + 8 accumulators), which reuses the ring's memory,
+// then 3 floats per output channel (the epilogue's per-channel constants).
 struct Int8ConvTile {
   const char* name;  // "128x128", ...
   int tile_m, tile_n, warps_m, warps_n, threads, smem_bytes;
@@ -80,19 +82,30 @@ int int8_conv_auto_tile(const Int8ConvArgs& a, int sm_count);
 // Throws std::invalid_argument ("conv_int8_gpu: ...").
 void check_int8_conv_gpu_args(const Int8ConvArgs& a);
 
+// How an INT8 output element is rounded (float and FP16 outputs always take the double path).
+//   exact  equal to conv_int8_reference: the certified float epilogue (exercise 3) with its
+//          double fallback (the top of this file)
+//   fast   the same float computation without the certificate: an element the certificate would
+//          send to the fallback (a few in 10 000 on the lesson's layers) may be one code away from
+//          the reference's; every other element is equal. No fallback is counted. What a
+//          production kernel does (TensorRT's INT8 kernels are not bit-exact either); the lesson
+//          times both, to show what exactness costs.
+enum class Int8Epilogue { exact, fast };
+
 // Runs the convolution on `stream` (asynchronous). Every pointer of `a` is device memory (or
 // managed / mapped pinned memory); the shapes, views and epilogue are conv_int8_reference's, the
 // result equal to it as the top of this file says. tile: an index into int8_conv_tiles(), or -1
 // for int8_conv_auto_tile's choice on the current device. fallbacks: if not null, a device
 // counter that the kernel increments (atomically) once per INT8 output element its certified
 // float epilogue could not decide (for the tests and the lesson's statistics; leave it null to
-// time the kernel). batch 0 launches nothing. The w_scale entries are not checked here (device
-// memory): they must be positive normal floats, as quantize_int8_per_channel makes them.
-// Throws std::invalid_argument for what check_int8_conv_gpu_args refuses, a GPU older than
-// compute capability 8.0, a pointer the device cannot access or a tile index out of range;
-// course::CudaError if a CUDA call fails.
+// time the kernel; ignored with Int8Epilogue::fast). batch 0 launches nothing. The w_scale entries
+// are not checked here (device memory): they must be positive normal floats, as
+// quantize_int8_per_channel makes them. Throws std::invalid_argument for what
+// check_int8_conv_gpu_args refuses, a GPU older than compute capability 8.0, a pointer the device
+// cannot access or a tile index out of range; course::CudaError if a CUDA call fails.
 void conv_int8_gpu(const Int8ConvArgs& a, cudaStream_t stream, int tile = -1,
-                   unsigned long long* fallbacks = nullptr);
+                   unsigned long long* fallbacks = nullptr,
+                   Int8Epilogue epilogue = Int8Epilogue::exact);
 
 // The kernel's requantisation over n values: q[i] = the INT8 code of x[i] / scale exactly as
 // exercise 1's quantize_int8 defines it (device pointers; asynchronous on `stream`).
@@ -106,8 +119,8 @@ void fp8_e4m3_to_float_gpu(const std::uint8_t* code, int n, float* x, cudaStream
 
 namespace detail {
 // int8_conv_gpu.cu: the launches behind the checked functions above (no argument checks).
-void launch_int8_conv(int tile, const Int8ConvArgs& a, unsigned long long* fallbacks,
-                      cudaStream_t stream);
+void launch_int8_conv(int tile, const Int8ConvArgs& a, Int8Epilogue epilogue,
+                      unsigned long long* fallbacks, cudaStream_t stream);
 void launch_quantize_int8(const float* x, int n, float scale, std::int8_t* q, cudaStream_t stream);
 void launch_fp8_from_float(const float* x, int n, std::uint8_t* code, cudaStream_t stream);
 void launch_fp8_to_float(const std::uint8_t* code, int n, float* x, cudaStream_t stream);

@@ -25,6 +25,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <random>
@@ -250,7 +251,8 @@ struct GpuRun {
   unsigned long long fallbacks = 0;
 };
 
-GpuRun run_gpu(const Problem& p, const DeviceProblem& d, Int8ConvOutput t, int tile) {
+GpuRun run_gpu(const Problem& p, const DeviceProblem& d, Int8ConvOutput t, int tile,
+               Int8Epilogue epilogue = Int8Epilogue::exact) {
   const std::vector<unsigned char> init = sentinel_buffer(p, t);
   course::DeviceBuffer<unsigned char> y(init.size());
   course::DeviceBuffer<unsigned long long> counter(1);
@@ -258,7 +260,7 @@ GpuRun run_gpu(const Problem& p, const DeviceProblem& d, Int8ConvOutput t, int t
   CUDA_CHECK(cudaMemset(counter.data(), 0, sizeof(unsigned long long)));
   const Int8ConvArgs a = args_for(p, d.x.data(), d.w.data(), d.bias.data(), d.w_scale.data(),
                                   d.res.data(), y.data(), t);
-  conv_int8_gpu(a, nullptr, tile, counter.data());
+  conv_int8_gpu(a, nullptr, tile, counter.data(), epilogue);
   CUDA_CHECK(cudaDeviceSynchronize());
   GpuRun r;
   r.y.resize(init.size());
@@ -307,6 +309,33 @@ int compare(const Problem& p, Int8ConvOutput t, const std::vector<unsigned char>
     ++explained;
   }
   return explained;
+}
+
+// The fast epilogue's output against the reference's INT8 bytes: equal, except elements one code
+// away whose reference quotient float(v_ref) / y_scale lies within 2^-10 of a rounding boundary
+// k + 1/2 (the float path's error, __expf's included, is far below that on these layers; a wrong
+// scale, bias or rounding mode moves codes everywhere). Returns how many elements differ; fails
+// the test (REQUIRE) on any other difference, sentinels included.
+int compare_fast(const Problem& p, const std::vector<unsigned char>& got,
+                 const std::vector<unsigned char>& want, const std::vector<unsigned char>& want_f32,
+                 const std::string& what) {
+  REQUIRE(got.size() == want.size());
+  int differ = 0;
+  for (std::size_t i = 0; i < p.y_elements(); ++i) {
+    if (got[i] == want[i]) continue;
+    const int c = static_cast<int>(i % p.y_stride) - p.y_before;
+    INFO(what << ": pixel " << i / p.y_stride << " channel " << c << ", fast epilogue");
+    REQUIRE(c >= 0);
+    REQUIRE(c < p.s.out_c);
+    const int q = static_cast<std::int8_t>(got[i]), q_ref = static_cast<std::int8_t>(want[i]);
+    const double t = static_cast<double>(read_f32(want_f32, i)) / p.y_scale;
+    const double boundary = std::floor(t) + 0.5;
+    INFO("GPU " << q << ", reference " << q_ref << ", reference quotient " << t);
+    REQUIRE(std::abs(q - q_ref) == 1);
+    REQUIRE(std::fabs(t - boundary) <= 0x1p-10);
+    ++differ;
+  }
+  return differ;
 }
 
 const char* type_name(Int8ConvOutput t) {
@@ -396,8 +425,11 @@ TEST_CASE("int8_conv_auto_tile: a full GPU with the least waste", "[int8gpu]") {
   const std::vector<Int8ConvTile>& tiles = int8_conv_tiles();
   REQUIRE(tiles.size() == 4);
   for (const Int8ConvTile& t : tiles) {
-    // 3 stages of (tile_m + tile_n) rows of 80 bytes; 32 x 32 warp tiles or smaller.
-    CHECK(t.smem_bytes == 3 * (t.tile_m + t.tile_n) * 80);
+    // The larger of the ring (3 stages of tile_m + tile_n rows of 80 bytes) and the epilogue's
+    // int32 tile (tile_m rows of tile_n + 8 accumulators), which reuses the ring's memory, then
+    // 3 floats per channel.
+    CHECK(t.smem_bytes == std::max(3 * (t.tile_m + t.tile_n) * 80, t.tile_m * (t.tile_n + 8) * 4) +
+                              3 * t.tile_n * 4);
     CHECK(t.threads == 32 * t.warps_m * t.warps_n);
     CHECK(t.tile_m % (16 * t.warps_m) == 0);  // whole m16 fragments per warp
     CHECK(t.tile_n % (16 * t.warps_n) == 0);  // pairs of n8 fragments per warp
@@ -496,10 +528,45 @@ TEST_CASE("conv_int8_gpu on small shapes, every tile and output type (the saniti
             std::string(s.what) + ", " + type_name(t) + ", tile " + int8_conv_tiles()[tile].name;
         INFO(what);
         explained += compare(p, t, run_gpu(p, d, t, tile).y, want, want_f32, what);
+        if (t == Int8ConvOutput::int8) {
+          compare_fast(p, run_gpu(p, d, t, tile, Int8Epilogue::fast).y, want, want_f32, what);
+        }
       }
     }
   }
   CHECK(explained <= 2);
+}
+
+TEST_CASE("conv_int8_gpu, fast epilogue: one code off at most, and only at a rounding boundary",
+          "[gpu][int8gpu]") {
+  std::mt19937 rng(1307);
+  const std::vector<Int8ConvTile>& tiles = int8_conv_tiles();
+  unsigned long long differ = 0, elements = 0;
+  int case_index = 0;
+  for (const Shape& s : kShapes) {
+    for (int variant = 0; variant < 3; ++variant) {
+      const int act = variant == 1 ? 0 : 1;
+      const bool residual = variant == 2;
+      const int y_before = case_index++ % 2 == 0 ? 4 : 3;  // vector and scalar stores
+      Problem p = make_problem(s, act, residual, Int8ConvOutput::int8, y_before, rng);
+      set_y_scale(p);
+      const DeviceProblem d(p);
+      const std::vector<unsigned char> want_f32 = run_reference(p, Int8ConvOutput::f32);
+      const std::vector<unsigned char> want = run_reference(p, Int8ConvOutput::int8);
+      for (int tile = 0; tile < static_cast<int>(tiles.size()); ++tile) {
+        std::ostringstream what;
+        what << s.what << ", act " << act << ", residual " << residual << ", tile "
+             << tiles[tile].name;
+        INFO(what.str());
+        const GpuRun r = run_gpu(p, d, Int8ConvOutput::int8, tile, Int8Epilogue::fast);
+        CHECK(r.fallbacks == 0);  // the fast epilogue counts nothing
+        differ += compare_fast(p, r.y, want, want_f32, what.str());
+        elements += static_cast<unsigned long long>(p.out_pixels()) * s.out_c;
+      }
+    }
+  }
+  INFO(differ << " of " << elements << " outputs one code away from the reference");
+  CHECK(differ * 1000 < elements);  // rare: the boundary band is narrow
 }
 
 TEST_CASE("conv_int8_gpu: exact int32 sums with unit scales, -128 included, K up to 2304",
