@@ -13,6 +13,7 @@
 #include "calibrate_graph.hpp"  // kInputTensorName
 #include "common/letterbox.cuh"
 #include "evaluate.hpp"  // scene_input, eval_config, deploy_config
+#include "fp8_conv.hpp"
 #include "int8_conv.hpp"
 #include "network.hpp"  // decode_box
 #include "quantize.hpp"
@@ -27,6 +28,10 @@ using lesson12::ViewElements;
 
 const char* to_string(WeightScales w) {
   return w == WeightScales::per_channel ? "per-channel" : "per-tensor";
+}
+
+const char* to_string(QuantPrecision p) {
+  return p == QuantPrecision::int8 ? "INT8" : "FP8 E4M3";
 }
 
 namespace {
@@ -51,6 +56,30 @@ std::vector<std::int8_t> gather_int8(const ViewElements& a, const View& v, float
     }
   }
   return q;
+}
+
+// The same as E4M3 codes: quantize_fp8_e4m3(x, scale) of each element.
+std::vector<std::uint8_t> gather_fp8(const ViewElements& a, const View& v, float scale) {
+  std::vector<std::uint8_t> q(static_cast<std::size_t>(v.h) * v.w * v.channels);
+  std::size_t i = 0;
+  for (int y = 0; y < v.h; ++y) {
+    for (int x = 0; x < v.w; ++x) {
+      const float* p = a.at(y, x);
+      for (int c = 0; c < v.channels; ++c) q[i++] = quantize_fp8_e4m3(p[c * a.channel], scale);
+    }
+  }
+  return q;
+}
+
+// A quantised convolution's float output, packed [h][w][out_channels], into its view.
+void scatter(const std::vector<float>& yf, const FusedOp& op, const ViewElements& y) {
+  std::size_t j = 0;
+  for (int oy = 0; oy < op.output.h; ++oy) {
+    for (int ox = 0; ox < op.output.w; ++ox) {
+      float* dst = y.at(oy, ox);
+      for (int o = 0; o < op.out_channels; ++o) dst[o * y.channel] = yf[j++];
+    }
+  }
 }
 
 // The FP32 convolution: run_engine_graph_reference's loop, in its order (bias first, then per
@@ -97,7 +126,7 @@ void conv_fp32(const FusedOp& op, const ViewElements& x, const ViewElements& y,
 
 FakeQuantGraph::FakeQuantGraph(EngineGraph graph, const CalibrationTable& table,
                                const FakeQuantConfig& config)
-    : graph_(std::move(graph)) {
+    : graph_(std::move(graph)), precision_(config.precision) {
   const std::size_t n_ops = graph_.ops.size();
   if (!config.keep_fp32.empty() && !config.int8_only.empty()) {
     throw std::invalid_argument(
@@ -125,20 +154,31 @@ FakeQuantGraph::FakeQuantGraph(EngineGraph graph, const CalibrationTable& table,
       for (const std::string& n : config.keep_fp32) int8_[find_op(n, "keep_fp32")] = false;
     }
   }
+  const bool fp8 = precision_ == QuantPrecision::fp8_e4m3;
+  if (!fp8 && precision_ != QuantPrecision::int8) {
+    throw std::invalid_argument("FakeQuantGraph: unknown precision");
+  }
   const auto scale_of = [&](const View& v, const FusedOp& op) {
     const std::string name = tensor_name(graph_, v);
     const TensorScale* t = table.find(name);
     if (t == nullptr) {
-      throw std::runtime_error("FakeQuantGraph: the calibration table (network '" +
-                               table.network + "') has no scale for tensor '" + name +
-                               "', which op '" + op.name + "' reads in INT8");
+      throw std::runtime_error("FakeQuantGraph: the calibration table (network '" + table.network +
+                               "') has no scale for tensor '" + name + "', which op '" + op.name +
+                               "' reads in " + to_string(precision_));
     }
     if (!positive_normal(t->scale)) {
       throw std::invalid_argument("FakeQuantGraph: the scale of tensor '" + name + "' is " +
-                                  std::to_string(t->scale) +
-                                  ", expected a positive normal float");
+                                  std::to_string(t->scale) + ", expected a positive normal float");
     }
-    return t->scale;
+    if (!fp8) return t->scale;
+    // The table's amax = 127 s8 (exact in double), over 448, rounded to float.
+    const float s = static_cast<float>(static_cast<double>(t->scale) * kInt8Max / kFp8E4M3Max);
+    if (!positive_normal(s)) {
+      throw std::invalid_argument("FakeQuantGraph: the scale of tensor '" + name + "' (" +
+                                  std::to_string(t->scale) +
+                                  ") gives an FP8 scale that is not a positive normal float");
+    }
+    return s;
   };
   scales_.resize(n_ops);
   for (std::size_t i = 0; i < n_ops; ++i) {
@@ -148,7 +188,12 @@ FakeQuantGraph::FakeQuantGraph(EngineGraph graph, const CalibrationTable& table,
     s.x = scale_of(op.input, op);
     if (op.kind != OpKind::conv) continue;
     if (op.has_residual) s.res = scale_of(op.residual, op);
-    if (config.weights == WeightScales::per_channel) {
+    if (fp8) {
+      Fp8Weights q = quantize_fp8_e4m3_weights(op.weight, op.out_channels,
+                                               config.weights == WeightScales::per_channel);
+      s.w8 = std::move(q.q);
+      s.w_scale = std::move(q.scale);
+    } else if (config.weights == WeightScales::per_channel) {
       PerChannelInt8 q = quantize_int8_per_channel(op.weight, op.out_channels);
       s.wq = std::move(q.q);
       s.w_scale = std::move(q.scale);
@@ -189,11 +234,10 @@ std::vector<float> FakeQuantGraph::run_from(int first_op, const std::vector<floa
   const std::size_t in_size =
       static_cast<std::size_t>(graph.input_c) * graph.input_h * graph.input_w;
   if (input.size() != in_size) {
-    throw std::invalid_argument("FakeQuantGraph: expected an input of [" +
-                                std::to_string(graph.input_c) + ", " +
-                                std::to_string(graph.input_h) + ", " +
-                                std::to_string(graph.input_w) + "] floats, got " +
-                                std::to_string(input.size()));
+    throw std::invalid_argument(
+        "FakeQuantGraph: expected an input of [" + std::to_string(graph.input_c) + ", " +
+        std::to_string(graph.input_h) + ", " + std::to_string(graph.input_w) + "] floats, got " +
+        std::to_string(input.size()));
   }
   if (first_op < 0 || first_op > static_cast<int>(graph.ops.size())) {
     throw std::invalid_argument("FakeQuantGraph::run_from: op " + std::to_string(first_op) +
@@ -230,11 +274,34 @@ std::vector<float> FakeQuantGraph::run_from(int first_op, const std::vector<floa
           break;
         }
         const OpScales& s = scales_[i];
+        std::vector<float> yf(static_cast<std::size_t>(op.output.h) * op.output.w *
+                              op.out_channels);
+        if (precision_ == QuantPrecision::fp8_e4m3) {
+          const std::vector<std::uint8_t> xq = gather_fp8(x, op.input, s.x);
+          std::vector<std::uint8_t> rq;
+          if (op.has_residual) rq = gather_fp8(res, op.residual, s.res);
+          Fp8ConvArgs a{};
+          a.x = xq.data();
+          a.w = s.w8.data();
+          a.bias = op.bias.data();
+          a.res = op.has_residual ? rq.data() : nullptr;
+          a.y = yf.data();
+          a.x_stride = op.in_channels;
+          a.res_stride = op.out_channels;
+          a.y_stride = op.out_channels;
+          lesson12::set_conv_geometry(op, 1, a);
+          a.x_scale = s.x;
+          a.w_scale = s.w_scale.data();
+          a.res_scale = s.res;
+          a.y_scale = 1.0f;  // unused: float output
+          a.y_type = Fp8ConvOutput::f32;
+          conv_fp8_reference(a);
+          scatter(yf, op, y);
+          break;
+        }
         const std::vector<std::int8_t> xq = gather_int8(x, op.input, s.x);
         std::vector<std::int8_t> rq;
         if (op.has_residual) rq = gather_int8(res, op.residual, s.res);
-        std::vector<float> yf(static_cast<std::size_t>(op.output.h) * op.output.w *
-                              op.out_channels);
         Int8ConvArgs a{};
         a.x = xq.data();
         a.w = s.wq.data();
@@ -251,13 +318,7 @@ std::vector<float> FakeQuantGraph::run_from(int first_op, const std::vector<floa
         a.y_scale = 1.0f;  // unused: float output
         a.y_type = Int8ConvOutput::f32;
         conv_int8_reference(a);
-        std::size_t j = 0;
-        for (int oy = 0; oy < op.output.h; ++oy) {
-          for (int ox = 0; ox < op.output.w; ++ox) {
-            float* dst = y.at(oy, ox);
-            for (int o = 0; o < op.out_channels; ++o) dst[o * y.channel] = yf[j++];
-          }
-        }
+        scatter(yf, op, y);
         break;
       }
       case OpKind::max_pool:
@@ -266,10 +327,13 @@ std::vector<float> FakeQuantGraph::run_from(int first_op, const std::vector<floa
         const ViewElements x = elements(op.input);
         const ViewElements y = elements(op.output);
         const float xs = int8 ? scales_[i].x : 0.0f;
-        // The input as the op reads it: quantised and dequantised in INT8, as is in FP32.
+        const bool fp8 = precision_ == QuantPrecision::fp8_e4m3;
+        // The input as the op reads it: quantised and dequantised in INT8 or FP8, as is in FP32.
         const auto read = [&](int iy, int ix, int c) {
           const float v = x.at(iy, ix)[c * x.channel];
-          return int8 ? dequantize_int8(quantize_int8(v, xs), xs) : v;
+          if (!int8) return v;
+          return fp8 ? dequantize_fp8_e4m3(quantize_fp8_e4m3(v, xs), xs)
+                     : dequantize_int8(quantize_int8(v, xs), xs);
         };
         for (int oy = 0; oy < op.output.h; ++oy) {
           for (int ox = 0; ox < op.output.w; ++ox) {
@@ -308,8 +372,8 @@ std::vector<float> FakeQuantGraph::run_from(int first_op, const std::vector<floa
               if (n >= n_total) throw std::invalid_argument("detect: more candidates than N");
               for (int j = 0; j < 4 * op.reg_max; ++j) logits[j] = box.at(gy, gx)[j * box.channel];
               double b[4];
-              lesson12::decode_box(logits.data(), op.reg_max, gx + 0.5, gy + 0.5,
-                                   op.strides[level], b);
+              lesson12::decode_box(logits.data(), op.reg_max, gx + 0.5, gy + 0.5, op.strides[level],
+                                   b);
               for (int r = 0; r < 4; ++r)
                 out[static_cast<std::size_t>(r) * n_total + n] = static_cast<float>(b[r]);
               for (int c = 0; c < op.num_classes; ++c) {
@@ -395,8 +459,8 @@ void postprocess_into(const std::vector<float>& y, const HeldOutScenes& scenes, 
   const auto lb = course::make_letterbox(scenes.width, scenes.height, scenes.width, scenes.height);
   d.eval[i] =
       lesson08::postprocess_cpu(y.data(), y.size(), spec, lb, lesson12::eval_config()).detections;
-  d.deploy[i] = lesson08::postprocess_cpu(y.data(), y.size(), spec, lb, lesson12::deploy_config())
-                    .detections;
+  d.deploy[i] =
+      lesson08::postprocess_cpu(y.data(), y.size(), spec, lb, lesson12::deploy_config()).detections;
 }
 
 }  // namespace
@@ -454,7 +518,8 @@ std::vector<LayerSensitivity> layer_sensitivity(const EngineGraph& graph,
   const int count = static_cast<int>(scenes.images.size());
   std::vector<std::vector<std::vector<float>>> fp32_buffers(static_cast<std::size_t>(count));
   for_each_index(count, threads, [&](int i) {
-    base.run(scenes.images[static_cast<std::size_t>(i)], &fp32_buffers[static_cast<std::size_t>(i)]);
+    base.run(scenes.images[static_cast<std::size_t>(i)],
+             &fp32_buffers[static_cast<std::size_t>(i)]);
   });
   std::vector<LayerSensitivity> rows;
   for (std::size_t op = 0; op < graph.ops.size(); ++op) {
@@ -472,7 +537,8 @@ std::vector<LayerSensitivity> layer_sensitivity(const EngineGraph& graph,
           g.run_from(static_cast<int>(op), scenes.images[static_cast<std::size_t>(i)], buffers);
       postprocess_into(y, scenes, graph.num_classes, i, d);
     });
-    rows.push_back({graph.ops[op].name, score_detections(d, scenes, graph.num_classes, &reference)});
+    rows.push_back(
+        {graph.ops[op].name, score_detections(d, scenes, graph.num_classes, &reference)});
   }
   return rows;
 }

@@ -22,8 +22,8 @@
 // requantise their output to the buffer's scale (conv_int8_reference with y_type int8), because
 // the consumer's quantize_int8(float(v), s) is exactly that requantisation and a value already on
 // the grid quantises to itself (q s rounded to float, divided by s and rounded, is within 2^-16
-// of q, far from a rounding boundary). Where precisions mix, an FP32 op reads the unquantised float, as in a
-// network whose FP32 layer has no Q/DQ in front of it.
+// of q, far from a rounding boundary). Where precisions mix, an FP32 op reads the unquantised
+// float, as in a network whose FP32 layer has no Q/DQ in front of it.
 //
 //   conv (INT8)       x, residual: Q with their tensors' scales; weights: Q per output channel
 //                     (scale max|w_k| / 127) or per tensor (max|w| / 127); conv_int8_reference
@@ -42,6 +42,25 @@
 //   FP32 op           exactly run_engine_graph_reference's arithmetic, in its order (double sums
 //                     per tap, SiLU in double, one rounding to float), so a graph with every op in
 //                     FP32 gives its output and buffers bit for bit (test_fake_quant.cpp).
+//
+// FP8 E4M3 instead of INT8 (FakeQuantConfig::precision): the same ops, the same Q/DQ places,
+// with E4M3 codes (quantize_fp8_e4m3) in place of INT8 steps; "INT8" above and in the names
+// keep_fp32, int8_only, is_int8 and int8_ops then reads "FP8".
+//   activations       per tensor, scale amax / 448 with the table's amax: a table stores
+//                     s8 = amax / 127 (calibration_table.hpp), so amax = 127 s8 and the FP8 scale
+//                     is float(127 s8 / 448), computed in double (127 s8 is exact there) and
+//                     rounded to float. The amax is the table's float s8 times 127, within 2^-24
+//                     of the calibrator's. Max scaling (min-max calibration) is the usual FP8
+//                     recipe: E4M3's relative step (2^-4 to 2^-3) is the same in every normal
+//                     binade, so clipping outliers buys little; any calibrator's table works.
+//   conv (FP8)        weights per output channel (scale max|w_k| / 448) or per tensor
+//                     (quantize_fp8_e4m3_weights), conv_fp8_reference with float output (exact
+//                     sums, the same double epilogue).
+//   max pool, upsample, copy (FP8)   quantised and dequantised with the buffer's FP8 scale, as
+//                     in INT8 (E4M3 rounding is monotone too).
+// A float output quantised again by its consumer is, as in INT8, an engine whose producer stores
+// E4M3 at the buffer's scale: a value on the E4M3 grid comes back within about 2^-22 of its code,
+// far from a rounding boundary (half a step is 2^-4 of the value, or 2^-10 of the scale).
 //
 // Host code only, one thread per run (detect_scenes spreads scenes over threads).
 #pragma once
@@ -62,6 +81,11 @@ namespace lesson13 {
 enum class WeightScales { per_channel, per_tensor };
 const char* to_string(WeightScales w);
 
+// The number format of the quantised ops: INT8 (conv_int8_reference) or FP8 E4M3
+// (conv_fp8_reference). to_string gives "INT8" or "FP8 E4M3".
+enum class QuantPrecision { int8, fp8_e4m3 };
+const char* to_string(QuantPrecision p);
+
 struct FakeQuantConfig {
   WeightScales weights = WeightScales::per_channel;
   // Which ops run in INT8. By default every conv, max pool, upsample and copy; the ops named
@@ -72,17 +96,21 @@ struct FakeQuantConfig {
   std::vector<std::string> int8_only;
   // Every op FP32 (the table is then not read): the reference run, through the same code.
   bool all_fp32 = false;
+  // The format of the ops that are not FP32 (the header comment's FP8 paragraph).
+  QuantPrecision precision = QuantPrecision::int8;
 };
 
 class FakeQuantGraph {
  public:
   // Resolves every scale an INT8 op needs and quantises the weights of the INT8 convolutions
   // (quantize_int8_per_channel, or one int8_scale(max |w|) for per_tensor; a weight tensor of
-  // zeros gets scale 1). The table is checked for the tensors actually read in INT8 only: the
-  // network id is the caller's to check (check_calibration_table with network_id()).
+  // zeros gets scale 1); in FP8, the FP8 scales and quantize_fp8_e4m3_weights. The table is
+  // checked for the tensors actually read in INT8 only: the network id is the caller's to check
+  // (check_calibration_table with network_id()).
   // Throws std::invalid_argument if a name in keep_fp32 / int8_only is no op of the graph or is
   // the detect op, if both lists are non-empty, or if a scale the INT8 ops need is not a positive
-  // normal float (naming the tensor: a hand-built table can hold 0 or NaN; a parsed one cannot);
+  // normal float (naming the tensor: a hand-built table can hold 0 or NaN; a parsed one cannot;
+  // in FP8, also if 127 s8 / 448 is not: an s8 below 448 / 127 times the smallest normal);
   // std::runtime_error if the table has no scale for a tensor an INT8 op reads (naming the
   // tensor, the op and the table's network).
   FakeQuantGraph(lesson12::EngineGraph graph, const CalibrationTable& table,
@@ -103,16 +131,20 @@ class FakeQuantGraph {
                               std::vector<std::vector<float>>& buffers) const;
 
   const lesson12::EngineGraph& graph() const { return graph_; }
+  // Whether op runs quantised (in INT8 or FP8, as precision() says), and how many do.
   bool is_int8(int op) const { return int8_.at(static_cast<std::size_t>(op)); }
-  int int8_ops() const;  // how many ops run in INT8
+  int int8_ops() const;
+  QuantPrecision precision() const { return precision_; }
 
  private:
   struct OpScales {
-    float x = 0, res = 0;             // activation scales (INT8 ops)
-    std::vector<std::int8_t> wq;      // INT8 convolutions: KRSC, as FusedOp::weight
-    std::vector<float> w_scale;       // [out_channels]
+    float x = 0, res = 0;          // activation scales (quantised ops)
+    std::vector<std::int8_t> wq;   // INT8 convolutions: KRSC, as FusedOp::weight
+    std::vector<std::uint8_t> w8;  // FP8 convolutions: E4M3 codes, KRSC
+    std::vector<float> w_scale;    // [out_channels]
   };
   lesson12::EngineGraph graph_;
+  QuantPrecision precision_ = QuantPrecision::int8;
   std::vector<bool> int8_;
   std::vector<OpScales> scales_;
 };

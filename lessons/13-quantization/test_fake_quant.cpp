@@ -6,6 +6,10 @@
 // worst-case error of one INT8 convolution derived from the quantisation steps (s / 2 per
 // operand, SiLU's slope below 1.1), computed here from the layer's own float operands; lesson
 // 08's postprocess_cpu and lesson 12's mean_average_precision called directly on the outputs.
+// FP8 E4M3: the two-op graph worked out by hand again, and equal bit for bit to a chain of
+// conv_fp8_reference calls fed codes and scales computed here; the error bound of one FP8
+// convolution from E4M3's half step (2^-4 of a normal value, 2^-10 scales below); a tensor of
+// wide dynamic range, where the FP8 error is that bound and INT8's is the whole value.
 // Small inputs (64 x 96, 64 x 64): the network is fully convolutional.
 #include <algorithm>
 #include <cmath>
@@ -18,6 +22,7 @@
 #include "common/testing.hpp"
 #include "evaluate.hpp"
 #include "fake_quant.hpp"
+#include "fp8_conv.hpp"
 #include "network.hpp"
 #include "quantize.hpp"
 
@@ -175,7 +180,8 @@ TEST_CASE("fake quant: a two-op graph worked out by hand", "[fakequant]") {
     for (int p = 0; p < 4; ++p) {
       INFO("pixel " << p);
       CHECK(buf[1][2 * p] == Approx(0.35 * (acc0[p] / 127.0 + q0[p])).epsilon(1e-6).margin(1e-6));
-      CHECK(buf[1][2 * p + 1] == Approx(0.35 * (2.0 * acc1[p] / 127.0 + q1[p])).epsilon(1e-6).margin(1e-6));
+      CHECK(buf[1][2 * p + 1] ==
+            Approx(0.35 * (2.0 * acc1[p] / 127.0 + q1[p])).epsilon(1e-6).margin(1e-6));
     }
   }
 
@@ -189,7 +195,8 @@ TEST_CASE("fake quant: a two-op graph worked out by hand", "[fakequant]") {
     // + 0.25, with q = 1, -3, 4, 2 as above; a1 as per channel.
     const int q[] = {1, -3, 4, 2};
     for (int p = 0; p < 4; ++p) {
-      CHECK(buf[0][2 * p] == Approx(42.0 * q[p] * 0.25 * 1.5 / 127.0 + 0.25).epsilon(1e-6).margin(1e-6));
+      CHECK(buf[0][2 * p] ==
+            Approx(42.0 * q[p] * 0.25 * 1.5 / 127.0 + 0.25).epsilon(1e-6).margin(1e-6));
       CHECK(buf[0][2 * p + 1] == Approx(-0.375 * q[p]).epsilon(1e-6).margin(1e-6));
     }
   }
@@ -225,7 +232,8 @@ TEST_CASE("fake quant: a two-op graph worked out by hand", "[fakequant]") {
     const int acc0[] = {95, 96, 126, 63}, acc1[] = {-143, 381, -540, -270};
     for (int p = 0; p < 4; ++p) {
       CHECK(buf[1][2 * p] == Approx(0.35 * (acc0[p] / 127.0 + q0[p])).epsilon(1e-6).margin(1e-6));
-      CHECK(buf[1][2 * p + 1] == Approx(0.35 * (2.0 * acc1[p] / 127.0 + q1[p])).epsilon(1e-6).margin(1e-6));
+      CHECK(buf[1][2 * p + 1] ==
+            Approx(0.35 * (2.0 * acc1[p] / 127.0 + q1[p])).epsilon(1e-6).margin(1e-6));
     }
   }
 
@@ -363,8 +371,9 @@ TEST_CASE("fake quant: one INT8 convolution stays within its quantisation error 
       };
       const float sx = table.scale(g.buffers[static_cast<std::size_t>(op.input.buffer)].name);
       const float sr =
-          op.has_residual ? table.scale(g.buffers[static_cast<std::size_t>(op.residual.buffer)].name)
-                          : 0.0f;
+          op.has_residual
+              ? table.scale(g.buffers[static_cast<std::size_t>(op.residual.buffer)].name)
+              : 0.0f;
       const int taps = op.kernel * op.kernel * op.in_channels;
       std::vector<double> sw(static_cast<std::size_t>(op.out_channels));
       double wmax_all = 0;
@@ -390,9 +399,9 @@ TEST_CASE("fake quant: one INT8 convolution stays within its quantisation error 
                   const double xv = std::fabs(static_cast<double>(
                       xin[(static_cast<std::size_t>(iy) * op.input.w + ix) * xs +
                           op.input.channel_offset + ch]));
-                  const double wv = std::fabs(static_cast<double>(
-                      op.weight[static_cast<std::size_t>(k) * taps +
-                                (r * op.kernel + s) * op.in_channels + ch]));
+                  const double wv = std::fabs(
+                      static_cast<double>(op.weight[static_cast<std::size_t>(k) * taps +
+                                                    (r * op.kernel + s) * op.in_channels + ch]));
                   e += xv * sw[k] / 2 + wv * sx / 2 + sx * sw[k] / 4;
                 }
               }
@@ -401,8 +410,7 @@ TEST_CASE("fake quant: one INT8 convolution stays within its quantisation error 
                                    op.output.channel_offset + k;
             const double y_ref = ref[static_cast<std::size_t>(op.output.buffer)][at];
             const double y_got = got[static_cast<std::size_t>(op.output.buffer)][at];
-            const double bound =
-                1.1 * e + sr / 2 + std::ldexp(std::fabs(y_ref), -22) + 1e-6;
+            const double bound = 1.1 * e + sr / 2 + std::ldexp(std::fabs(y_ref), -22) + 1e-6;
             const double d = std::fabs(y_got - y_ref);
             worst = std::max(worst, d);
             worst_ratio = std::max(worst_ratio, d / bound);
@@ -599,12 +607,329 @@ TEST_CASE("layer sensitivity: one row per convolution, each the run with it alon
     FakeQuantConfig c;
     c.int8_only = {convs[i]};
     const FakeQuantGraph fq(g, table, c);
-    const SceneDetections d = detect_scenes(
-        [&](const std::vector<float>& x) { return fq.run(x); }, scenes, g.num_classes);
+    const SceneDetections d = detect_scenes([&](const std::vector<float>& x) { return fq.run(x); },
+                                            scenes, g.num_classes);
     const Accuracy a = score_detections(d, scenes, g.num_classes, &ref);
     INFO(convs[i]);
     CHECK(rows[i].accuracy.map50 == a.map50);
     CHECK(rows[i].accuracy.map50_95 == a.map50_95);
     CHECK(rows[i].accuracy.changed == a.changed);
+  }
+}
+
+// ------------------------------------------------------------------------------- FP8 E4M3
+
+namespace {
+
+FakeQuantConfig fp8_config(WeightScales w = WeightScales::per_channel) {
+  FakeQuantConfig c;
+  c.precision = QuantPrecision::fp8_e4m3;
+  c.weights = w;
+  return c;
+}
+
+// The FP8 scale of a table entry, from its definition: amax = 127 s8, scale = amax / 448.
+float fp8_scale_of(float s8) {
+  return static_cast<float>(static_cast<double>(s8) * 127.0 / 448.0);
+}
+
+// Half an E4M3 step at t = x / s, in units of x: 2^-4 |x| in the normal range, 2^-10 s among
+// the subnormals, plus the float division's rounding of t (2^-24 |x|, doubled for margin).
+double fp8_half_step(double x, double s) {
+  return std::max(std::ldexp(std::fabs(x), -4), std::ldexp(s, -10)) + std::ldexp(std::fabs(x), -23);
+}
+
+}  // namespace
+
+TEST_CASE("fake quant FP8: the two-op graph worked out by hand", "[fakequant][fp8]") {
+  // Table scales s8 = amax / 127 with amax 7 for the input and 22.4 for "a": FP8 scales 7 / 448
+  // = 1/64 and 22.4 / 448 = 1/20 (within the float roundings).
+  const EngineGraph g = tiny_graph();
+  CalibrationTable t = tiny_table();
+  t.tensors = {{"images", 7.0f / 127}, {"a", 22.4f / 127}, {"b", 1.0f}};
+  std::vector<std::vector<float>> buf;
+  const FakeQuantGraph fq(g, t, fp8_config());
+  CHECK(fq.precision() == QuantPrecision::fp8_e4m3);
+  CHECK(fq.int8_ops() == 2);
+  fq.run(kTinyInput, &buf);
+  // c0: x / (1/64) = 19.2, -44.8, 64, 25.6. E4M3 steps: 2 in [16, 32), 4 in [32, 64), so
+  // 20, -44, 64, 26 -> x~ = 0.3125, -0.6875, 1, 0.40625. Weights 0.5 and -1.5 are their
+  // channels' max -> +-448 steps, exact. a0 = 0.5 x~ + 0.25, a1 = -1.5 x~.
+  const double a0[] = {0.40625, -0.09375, 0.75, 0.453125};
+  const double a1[] = {-0.46875, 1.03125, -1.5, -0.609375};
+  for (int p = 0; p < 4; ++p) {
+    INFO("pixel " << p);
+    CHECK(buf[0][2 * p] == Approx(a0[p]).epsilon(1e-6).margin(1e-6));
+    CHECK(buf[0][2 * p + 1] == Approx(a1[p]).epsilon(1e-6).margin(1e-6));
+  }
+  // c1 reads a at 1/20: a0 x 20 = 8.125, -1.875, 15, 9.0625 -> 8, -1.875, 15, 9 (step 1 in
+  // [8, 16), 1/8 in [1, 2)); a1 x 20 = -9.375, 20.625, -30, -12.1875 -> -9, 20, -30, -12 (step 2
+  // in [16, 32)). Weights per channel: {1, 0.25} at 1/448 -> 448, 112 steps; {-0.25, 2} at
+  // 2/448 -> -56, 448 steps: all on the grid, exact. With the residual a (read at 1/20):
+  // b0 = (q0 + 0.25 q1 + q0) / 20, b1 = (-0.25 q0 + 2 q1 + q1) / 20.
+  const double q0[] = {8, -1.875, 15, 9}, q1[] = {-9, 20, -30, -12};
+  for (int p = 0; p < 4; ++p) {
+    INFO("pixel " << p);
+    CHECK(buf[1][2 * p] == Approx((2 * q0[p] + 0.25 * q1[p]) / 20).epsilon(1e-6).margin(1e-6));
+    CHECK(buf[1][2 * p + 1] == Approx((-0.25 * q0[p] + 3 * q1[p]) / 20).epsilon(1e-6).margin(1e-6));
+  }
+  // The same table in INT8 is another network (steps of 7/127 and 22.4/127).
+  std::vector<std::vector<float>> int8_buf;
+  FakeQuantGraph(g, t, {}).run(kTinyInput, &int8_buf);
+  CHECK(int8_buf[1] != buf[1]);
+}
+
+TEST_CASE("fake quant FP8: a chain of conv_fp8_reference calls, bit for bit", "[fakequant][fp8]") {
+  const EngineGraph g = tiny_graph();
+  const CalibrationTable t = tiny_table();
+  for (WeightScales ws : {WeightScales::per_channel, WeightScales::per_tensor}) {
+    INFO(to_string(ws) << " weights");
+    std::vector<std::vector<float>> buf;
+    FakeQuantGraph(g, t, fp8_config(ws)).run(kTinyInput, &buf);
+
+    // The weights' scales and codes, from the definition: max |w| (of the row, or of all) / 448.
+    const auto weights = [&](const FusedOp& op, std::vector<float>* scale) {
+      const std::size_t row = op.weight.size() / static_cast<std::size_t>(op.out_channels);
+      std::vector<std::uint8_t> q(op.weight.size());
+      scale->assign(static_cast<std::size_t>(op.out_channels), 0.0f);
+      float all = 0;
+      for (float w : op.weight) all = std::max(all, std::fabs(w));
+      for (std::size_t k = 0; k < scale->size(); ++k) {
+        float m = 0;
+        for (std::size_t i = 0; i < row; ++i) m = std::max(m, std::fabs(op.weight[k * row + i]));
+        (*scale)[k] = (ws == WeightScales::per_channel ? m : all) / 448.0f;
+        for (std::size_t i = 0; i < row; ++i) {
+          q[k * row + i] = fp8_e4m3_from_float(op.weight[k * row + i] / (*scale)[k]);
+        }
+      }
+      return q;
+    };
+    const auto codes = [](const std::vector<float>& v, float s) {
+      std::vector<std::uint8_t> q(v.size());
+      for (std::size_t i = 0; i < v.size(); ++i) q[i] = fp8_e4m3_from_float(v[i] / s);
+      return q;
+    };
+    const float s_img = fp8_scale_of(t.scale("images")), s_a = fp8_scale_of(t.scale("a"));
+    std::vector<float> a(8), b(8);
+    const auto conv = [&](const FusedOp& op, const std::vector<std::uint8_t>& xq, float xs,
+                          const std::vector<std::uint8_t>* rq, float rs, std::vector<float>& y) {
+      std::vector<float> w_scale;
+      const std::vector<std::uint8_t> wq = weights(op, &w_scale);
+      Fp8ConvArgs c{};
+      c.x = xq.data();
+      c.w = wq.data();
+      c.bias = op.bias.data();
+      c.res = rq ? rq->data() : nullptr;
+      c.y = y.data();
+      c.x_stride = op.in_channels;
+      c.res_stride = c.y_stride = op.out_channels;
+      c.batch = 1;
+      c.in_h = c.in_w = c.out_h = c.out_w = 2;
+      c.in_c = op.in_channels;
+      c.out_c = op.out_channels;
+      c.kernel = c.stride = 1;
+      c.x_scale = xs;
+      c.w_scale = w_scale.data();
+      c.res_scale = rs;
+      c.y_type = Fp8ConvOutput::f32;
+      conv_fp8_reference(c);
+    };
+    conv(g.ops[0], codes(kTinyInput, s_img), s_img, nullptr, 0.0f, a);
+    const std::vector<std::uint8_t> aq = codes(a, s_a);
+    conv(g.ops[1], aq, s_a, &aq, s_a, b);
+    CHECK(buf[0] == a);
+    CHECK(buf[1] == b);
+  }
+}
+
+TEST_CASE("fake quant FP8: max pool and upsample read E4M3 values", "[fakequant][fp8]") {
+  // As the INT8 test: input 2 x 2 -> max pool -> "m" -> upsample -> "u"; FP8 scales 1/64 for
+  // the input and 1/20 for m. x / (1/64) = 19.2, -44.8, 6.4, 25.6 -> 20, -44, 6.5, 26 (steps
+  // 2, 4, 0.5, 2): the pool's max is 26 / 64 = 0.40625 (FP32: 0.4). The upsample reads it at
+  // 1/20: 8.125 -> 8 -> 0.4.
+  EngineGraph g;
+  g.input_c = 1;
+  g.input_h = 2;
+  g.input_w = 2;
+  g.buffers.resize(2);
+  g.buffers[0].name = "m";
+  g.buffers[0].channels = 1, g.buffers[0].h = 1, g.buffers[0].w = 1;
+  g.buffers[1].name = "u";
+  g.buffers[1].channels = 1, g.buffers[1].h = 2, g.buffers[1].w = 2;
+  FusedOp pool;
+  pool.kind = OpKind::max_pool;
+  pool.name = "pool";
+  pool.kernel = 2;
+  pool.stride = 2;
+  pool.input = View{View::kNetworkInput, 0, 1, 2, 2};
+  pool.output = View{0, 0, 1, 1, 1};
+  FusedOp up;
+  up.kind = OpKind::upsample;
+  up.name = "up";
+  up.input = View{0, 0, 1, 1, 1};
+  up.output = View{1, 0, 1, 2, 2};
+  g.ops = {pool, up};
+  CalibrationTable t;
+  t.network = "pool";
+  t.calibrator = "hand";
+  t.tensors = {{"images", 7.0f / 127}, {"m", 22.4f / 127}};
+  std::vector<std::vector<float>> buf;
+  FakeQuantGraph(g, t, fp8_config()).run({0.3f, -0.7f, 0.1f, 0.4f}, &buf);
+  CHECK(buf[0][0] == Approx(0.40625).epsilon(1e-6));
+  for (float v : buf[1]) CHECK(v == Approx(0.4).epsilon(1e-6));
+}
+
+TEST_CASE("fake quant FP8: a wide dynamic range keeps its small values, INT8 loses them",
+          "[fakequant][fp8]") {
+  // One 1x1 convolution of weight 1 (exact in both formats) over a 1 x 64 image whose values
+  // run geometrically from 1e-3 to 10, alternating in sign; min-max scales (amax 10). INT8's
+  // step 10/127 = 0.079 rounds every |x| below 0.039 to 0. FP8's scale 10/448 puts 1e-3 at
+  // 0.045 steps, above E4M3's smallest normal 2^-6: every value keeps 4 significant bits, an
+  // error of at most half a step, 2^-4 |x|.
+  const int n = 64;
+  EngineGraph g;
+  g.input_c = 1;
+  g.input_h = 1;
+  g.input_w = n;
+  g.buffers.resize(1);
+  g.buffers[0].name = "y";
+  g.buffers[0].channels = 1, g.buffers[0].h = 1, g.buffers[0].w = n;
+  FusedOp c;
+  c.kind = OpKind::conv;
+  c.name = "c";
+  c.input = View{View::kNetworkInput, 0, 1, 1, n};
+  c.output = View{0, 0, 1, 1, n};
+  c.in_channels = c.out_channels = 1;
+  c.weight = {1.0f};
+  c.bias = {0.0f};
+  g.ops = {c};
+  std::vector<float> x(n);
+  for (int i = 0; i < n; ++i) {
+    x[i] = static_cast<float>((i % 2 ? -1 : 1) * 1e-3 * std::pow(1e4, i / (n - 1.0)));
+  }
+  CalibrationTable t;
+  t.network = "wide";
+  t.calibrator = "hand";
+  t.tensors = {{"images", int8_scale(10.0)}};
+  std::vector<std::vector<float>> y8, yf8;
+  FakeQuantGraph(g, t, {}).run(x, &y8);
+  FakeQuantGraph(g, t, fp8_config()).run(x, &yf8);
+  double worst8 = 0, worst_f8 = 0, mean8 = 0, mean_f8 = 0;
+  for (int i = 0; i < n; ++i) {
+    const double r8 = std::fabs(y8[0][i] - x[i]) / std::fabs(x[i]);
+    const double rf8 = std::fabs(yf8[0][i] - x[i]) / std::fabs(x[i]);
+    INFO("x = " << x[i] << ": INT8 " << y8[0][i] << ", FP8 " << yf8[0][i]);
+    CHECK(rf8 <= 0.0625 * (1 + 1e-5));
+    worst8 = std::max(worst8, r8);
+    worst_f8 = std::max(worst_f8, rf8);
+    mean8 += r8 / n;
+    mean_f8 += rf8 / n;
+  }
+  INFO("relative error: INT8 worst " << worst8 << " mean " << mean8 << "; FP8 worst " << worst_f8
+                                     << " mean " << mean_f8);
+  CHECK(worst8 == 1.0);  // small values became 0
+  CHECK(y8[0][0] == 0.0f);
+  CHECK(mean_f8 * 10 < mean8);
+}
+
+TEST_CASE("fake quant FP8: every op FP32 is still the FP32 reference", "[fakequant][fp8]") {
+  const EngineGraph& g = trained_graph();
+  const std::vector<float> x = lesson12::scene_input(3, kW, kH);
+  std::vector<std::vector<float>> ref_buffers;
+  const std::vector<float> ref = lesson12::run_engine_graph_reference(g, x, &ref_buffers);
+  FakeQuantConfig c = fp8_config();
+  c.all_fp32 = true;
+  const FakeQuantGraph fq(g, CalibrationTable{}, c);
+  CHECK(fq.int8_ops() == 0);
+  std::vector<std::vector<float>> buffers;
+  CHECK(fq.run(x, &buffers) == ref);
+  CHECK(buffers == ref_buffers);
+}
+
+TEST_CASE("fake quant FP8: one FP8 convolution stays within its quantisation error bound",
+          "[fakequant][fp8]") {
+  // As the INT8 bound, with E4M3's half step h(x, s) (fp8_half_step) for each operand in place
+  // of s / 2: |x w - x~ w~| <= |x| h(w, s_w) + |w~| h(x, s_x) and |w~| <= |w| + h(w, s_w); the
+  // products and sums are exact (conv_fp8_reference), so E = sum_taps of that; SiLU's slope
+  // stays below 1.1; the residual adds h(r, s_r); plus the float roundings.
+  const EngineGraph& g = trained_graph();
+  const std::vector<float> x = lesson12::scene_input(5, kW, kH);
+  const auto obs = observe_engine_graph(g, {x});
+  const CalibrationTable table = make_calibration_table(obs, {CalibrationMethod::min_max}, "t");
+  std::vector<std::vector<float>> ref;
+  lesson12::run_engine_graph_reference(g, x, &ref);
+
+  for (const char* layer : {"model.2.m.0.cv2", "model.3", "model.22.cv3.0.2"}) {
+    for (WeightScales ws : {WeightScales::per_channel, WeightScales::per_tensor}) {
+      INFO(layer << ", " << to_string(ws) << " weights");
+      const int i = op_index(g, layer);
+      REQUIRE(i >= 0);
+      const FusedOp& op = g.ops[static_cast<std::size_t>(i)];
+      FakeQuantConfig c = fp8_config(ws);
+      c.int8_only = {layer};
+      std::vector<std::vector<float>> got;
+      FakeQuantGraph(g, table, c).run(x, &got);
+
+      const auto name_of = [&](const View& v) {
+        return g.buffers[static_cast<std::size_t>(v.buffer)].name;
+      };
+      const auto at = [&](const View& v, int y, int xx, int ch) {
+        const std::size_t stride = g.buffers[static_cast<std::size_t>(v.buffer)].channels;
+        return (static_cast<std::size_t>(y) * v.w + xx) * stride + v.channel_offset + ch;
+      };
+      const double sx = fp8_scale_of(table.scale(name_of(op.input)));
+      const double sr = op.has_residual ? fp8_scale_of(table.scale(name_of(op.residual))) : 0.0;
+      const int taps = op.kernel * op.kernel * op.in_channels;
+      std::vector<double> sw(static_cast<std::size_t>(op.out_channels));
+      double wmax_all = 0;
+      for (float w : op.weight) wmax_all = std::max(wmax_all, std::fabs(static_cast<double>(w)));
+      for (int k = 0; k < op.out_channels; ++k) {
+        double m = 0;
+        for (int t = 0; t < taps; ++t)
+          m = std::max(m, std::fabs(static_cast<double>(op.weight[k * taps + t])));
+        sw[k] = (ws == WeightScales::per_channel ? m : wmax_all) / 448.0;
+      }
+      const std::vector<float>& xin = ref[static_cast<std::size_t>(op.input.buffer)];
+      double worst = 0, worst_ratio = 0;
+      for (int oy = 0; oy < op.output.h; ++oy) {
+        for (int ox = 0; ox < op.output.w; ++ox) {
+          for (int k = 0; k < op.out_channels; ++k) {
+            double e = 0;
+            for (int r = 0; r < op.kernel; ++r) {
+              for (int s = 0; s < op.kernel; ++s) {
+                const int iy = oy * op.stride - op.pad + r, ix = ox * op.stride - op.pad + s;
+                if (iy < 0 || iy >= op.input.h || ix < 0 || ix >= op.input.w) continue;
+                for (int ch = 0; ch < op.in_channels; ++ch) {
+                  const double xv = xin[at(op.input, iy, ix, ch)];
+                  const double wv = op.weight[static_cast<std::size_t>(k) * taps +
+                                              (r * op.kernel + s) * op.in_channels + ch];
+                  const double hw = fp8_half_step(wv, sw[k]), hx = fp8_half_step(xv, sx);
+                  e += std::fabs(xv) * hw + (std::fabs(wv) + hw) * hx;
+                }
+              }
+            }
+            const std::size_t yi = at(op.output, oy, ox, k);
+            const double y_ref = ref[static_cast<std::size_t>(op.output.buffer)][yi];
+            const double y_got = got[static_cast<std::size_t>(op.output.buffer)][yi];
+            double bound = 1.1 * e + std::ldexp(std::fabs(y_ref), -22) + 1e-6;
+            if (op.has_residual) {
+              const double rv =
+                  ref[static_cast<std::size_t>(op.residual.buffer)][at(op.residual, oy, ox, k)];
+              bound += fp8_half_step(rv, sr);
+            }
+            bound *= 1 + 1e-5;  // the scales' own float roundings
+            const double d = std::fabs(y_got - y_ref);
+            worst = std::max(worst, d);
+            worst_ratio = std::max(worst_ratio, d / bound);
+            if (d > bound) {
+              FAIL_CHECK("(" << oy << ", " << ox << ", " << k << "): |" << y_got << " - " << y_ref
+                             << "| > " << bound);
+            }
+          }
+        }
+      }
+      INFO("largest error " << worst << ", " << worst_ratio << " of its bound");
+      CHECK(worst > 0);  // it was quantised
+    }
   }
 }
