@@ -2,6 +2,7 @@
 //
 //   lesson13 [--weights PATH] [--scenes N] [--batch N]... [--reps N]
 //   lesson13 --accuracy [--eval-scenes N] [--threads N] [--sensitivity]
+//   lesson13 --engine [--engine-scenes N] [--reps N]
 //
 // 1. calibration (CPU): held-out scenes through lesson 12's optimised graph on its CPU reference
 //    (96 x 128: the network is fully convolutional), every activation buffer into an observer;
@@ -23,13 +24,22 @@
 //    lesson 12's held-out scenes 0 .. N-1 at 96 x 128 through the optimised graph, FP32 and INT8
 //    with each calibrator's table (from part 1's scenes, seeds 1000..), per-channel and per-tensor
 //    weight scales; mAP@0.5, mAP@0.5:0.95 and the frames whose deployment detections change
-//    against FP32; then the calibration mistakes people make (tables calibrated on BGR images,
-//    on pixels without the 1/255, on one scene, on a set with one hot pixel), min-max and
-//    entropy, with the same correct inference. With --sensitivity, each convolution alone in INT8
-//    (entropy table, per-channel weights) on the first 16 of those scenes: the layers whose
-//    quantisation costs most (about a minute more on one core). A small input and few scenes keep
-//    it to about a minute on one core (--threads 1, the default); the numbers of the GPU engine at
-//    640 x 640 on hundreds of scenes are the ones the lesson will report.
+//    against FP32; FP8 E4M3 (conv_fp8_reference) with the min-max table's amax, per-channel and
+//    per-tensor weights, and with entropy's; then the calibration mistakes people make (tables
+//    calibrated on BGR images, on pixels without the 1/255, on one scene, on a set with one hot
+//    pixel), min-max and entropy, with the same correct inference. With --sensitivity, each
+//    convolution alone in INT8 (entropy table, per-channel weights) on the first 16 of those
+//    scenes: the layers whose quantisation costs most (about a minute more on one core). A small
+//    input and few scenes keep it to about a minute on one core (--threads 1, the default); the
+//    numbers of the GPU engine at 640 x 640 on hundreds of scenes are the ones the lesson will
+//    report.
+// --engine replaces parts 2 and 3 by
+// 4. the INT8 engine (GPU, quantized_engine.hpp) at 640 x 640 with part 1's entropy table,
+//    every op INT8 and with the first layer and the head's last convolutions in FP16, against
+//    lesson 12's FP16 engine: GPU time of one inference at batch 1 and 32 (all launches on one
+//    stream, no CUDA graph, launch latency excluded, L2 warm, median of --reps); then mAP@0.5,
+//    mAP@0.5:0.95 and the frames whose detections change against lesson 12's FP32 engine, on
+//    --engine-scenes held-out scenes, for FP32, FP16 and both INT8 engines.
 #include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
 
@@ -38,6 +48,8 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <functional>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -53,7 +65,9 @@
 #include "common/timing.hpp"
 #include "cublaslt_int8.hpp"
 #include "fake_quant.hpp"
+#include "engine.hpp"
 #include "engine_kernels.cuh"
+#include "evaluate.hpp"
 #include "graph.hpp"
 #include "int8_conv.hpp"
 #include "int8_conv_gpu.hpp"
@@ -61,6 +75,7 @@
 #include "launch.hpp"
 #include "network.hpp"
 #include "quantize.hpp"
+#include "quantized_engine.hpp"
 
 using namespace lesson13;
 
@@ -75,6 +90,8 @@ struct Options {
   int eval_scenes = 64;
   int threads = 1;
   bool sensitivity = false;
+  bool engine = false;
+  int engine_scenes = 100;
 };
 
 constexpr int kCalibH = 96, kCalibW = 128;
@@ -160,7 +177,9 @@ void accuracy_table(const lesson12::WeightsFile& w, const Options& o,
   std::printf(
       "   INT8: every conv, pool and upsample reads its activations quantised with the table's "
       "scale\n   (calibrated on part 1's scenes), conv_int8_reference's arithmetic; the decode "
-      "stays FP32.\n   mAP as COCO computes it (conf 0.001, NMS IoU 0.7); changed: frames whose "
+      "stays FP32.\n   FP8 E4M3: the same, E4M3 codes at scale amax / 448 (the table's amax = "
+      "127 x its scale),\n   weights max |w| / 448, conv_fp8_reference's exact sums.\n"
+      "   mAP as COCO computes it (conf 0.001, NMS IoU 0.7); changed: frames whose "
       "detections\n   (conf 0.25, IoU 0.45) differ from FP32's. A GPU engine's numbers at 640x640 "
       "will replace these.\n\n");
   const lesson12::EngineGraph g = lesson12::optimize(lesson12::yolov8n(w, kCalibH, kCalibW));
@@ -182,7 +201,7 @@ void accuracy_table(const lesson12::WeightsFile& w, const Options& o,
       {CalibrationMethod::percentile, 99.99, 128},
       {CalibrationMethod::entropy, 0, 128},
   };
-  CalibrationTable entropy;
+  CalibrationTable entropy, minmax;
   Accuracy entropy_pc;
   const auto run_int8 = [&](const CalibrationTable& table, const FakeQuantConfig& c,
                             const std::string& label) {
@@ -206,10 +225,22 @@ void accuracy_table(const lesson12::WeightsFile& w, const Options& o,
         entropy_pc = a;
       }
     }
+    if (cc.method == CalibrationMethod::min_max) minmax = table;
   }
   FakeQuantConfig first_fp32;
   first_fp32.keep_fp32 = {g.ops.front().name};
   run_int8(entropy, first_fp32, "INT8 entropy-128, per-channel, " + g.ops.front().name + " FP32");
+  // FP8 E4M3 with max scaling (the min-max table), its usual recipe, then entropy's clipped amax.
+  for (WeightScales ws : {WeightScales::per_channel, WeightScales::per_tensor}) {
+    FakeQuantConfig c;
+    c.precision = QuantPrecision::fp8_e4m3;
+    c.weights = ws;
+    run_int8(minmax, c,
+             "FP8 E4M3 " + calibrator_name(configs[0]) + ", " + to_string(ws) + " weights");
+  }
+  FakeQuantConfig fp8_entropy;
+  fp8_entropy.precision = QuantPrecision::fp8_e4m3;
+  run_int8(entropy, fp8_entropy, "FP8 E4M3 entropy-128, per-channel weights");
 
   // Calibration mistakes people make: the same inference (correct preprocessing, per-channel
   // weights), the tables calibrated on a wrong set of part 1's scenes.
@@ -325,7 +356,7 @@ void print_row(const Row& r, double macs, double fp16_us) {
 }
 
 // One layer at one batch: the INT8 kernel (every tile), lesson 12's FP16 kernels, cuBLASLt.
-// Returns {best INT8 us, best FP16 us}.
+// Returns {best INT8 us with the exact epilogue, best FP16 us}.
 std::pair<double, double> time_layer(const lesson12::FusedOp& op, int batch, const Options& o,
                                      lesson12::KernelLibrary& lib, int sm_count, cudaStream_t s) {
   const int in_h = op.input.h, in_w = op.input.w, C = op.in_channels, N = op.out_channels;
@@ -396,18 +427,35 @@ std::pair<double, double> time_layer(const lesson12::FusedOp& op, int batch, con
         "   INT8 kernel vs conv_int8_reference: %zu of %zu outputs differ; %llu (%.4f %%) "
         "took the double fallback\n",
         diff, out_elems, fb, 100.0 * fb / out_elems);
+    // The fast epilogue: only those elements may differ, by one code.
+    conv_int8_gpu(a, s, -1, nullptr, Int8Epilogue::fast);
+    CUDA_CHECK(cudaStreamSynchronize(s));
+    const std::vector<std::int8_t> fast = course::to_host(dy8);
+    std::size_t fast_diff = 0, fast_far = 0;
+    for (std::size_t i = 0; i < out_elems; ++i) {
+      fast_diff += fast[i] != want[i];
+      fast_far += std::abs(fast[i] - want[i]) > 1;
+    }
+    std::printf(
+        "   fast epilogue (no certificate) vs conv_int8_reference: %zu of %zu differ, "
+        "%zu by more than one code\n",
+        fast_diff, out_elems, fast_far);
   }
   std::printf("   %-52s %12s %13s %7s\n", "kernel", "GPU time", "", "vs FP16");
   std::vector<Row> int8_rows;
   const std::vector<Int8ConvTile>& tiles = int8_conv_tiles();
   const int auto_tile = int8_conv_auto_tile(a, sm_count);
-  for (int t = 0; t < static_cast<int>(tiles.size()); ++t) {
-    const double ms = course::measure(
-                          s, o.reps, [&] { conv_int8_gpu(a, s, t); }, course::L2::warm, false)
-                          .gpu_ms;
-    int8_rows.push_back({std::string("INT8 implicit GEMM ") + tiles[t].name +
-                             (t == auto_tile ? " (automatic)" : ""),
-                         ms * 1e3});
+  for (const Int8Epilogue e : {Int8Epilogue::exact, Int8Epilogue::fast}) {
+    for (int t = 0; t < static_cast<int>(tiles.size()); ++t) {
+      const double ms =
+          course::measure(
+              s, o.reps, [&] { conv_int8_gpu(a, s, t, nullptr, e); }, course::L2::warm, false)
+              .gpu_ms;
+      int8_rows.push_back({std::string("INT8 ") + tiles[t].name +
+                               (e == Int8Epilogue::exact ? ", exact" : ", fast") +
+                               (t == auto_tile ? " (automatic)" : ""),
+                           ms * 1e3});
+    }
   }
 
   // ---- FP16: lesson 12's kernels on the same layer (random FP16 activations).
@@ -481,7 +529,8 @@ std::pair<double, double> time_layer(const lesson12::FusedOp& op, int batch, con
   double int8_best = 0;
   for (const Row& r : int8_rows) {
     print_row(r, macs, fp16_best.us);
-    if (int8_best == 0 || r.us < int8_best) int8_best = r.us;
+    const bool exact = r.what.find(", exact") != std::string::npos;
+    if (exact && (int8_best == 0 || r.us < int8_best)) int8_best = r.us;
   }
   for (const Row& r : lt_rows) print_row(r, macs, fp16_best.us);
   return {int8_best, fp16_best.us};
@@ -510,17 +559,275 @@ void speed_table(const lesson12::WeightsFile& w, const Options& o) {
     for (int b : o.batches) {
       const auto t = time_layer(*op, b, o, lib, dev.sm_count, stream.get());
       if (b == o.batches.front()) {
-        course::add_headline("%dx%d %s batch %d: INT8 %.1f us vs FP16 %.1f us", kernel, kernel,
-                             op->name.c_str(), b, t.first, t.second);
+        course::add_headline("%dx%d %s batch %d: INT8 exact %.1f us vs FP16 %.1f us", kernel,
+                             kernel, op->name.c_str(), b, t.first, t.second);
       }
     }
   }
+}
+
+// ------------------------------------------------------------------ 4. the INT8 engine (GPU)
+
+constexpr int kEngineMaxBatch = 32;
+
+// The fallback list of the mixed engine: the first layer (it reads the float input) and the
+// convolutions whose logits the decode reads (the head's last ones).
+std::vector<std::string> first_and_head_ops(const lesson12::EngineGraph& g) {
+  std::vector<std::string> names{g.ops.front().name};
+  for (const lesson12::FusedOp& op : g.ops) {
+    if (op.kind == lesson12::OpKind::conv && op.act == lesson12::Activation::none &&
+        op.name.rfind("model.22.", 0) == 0)
+      names.push_back(op.name);
+  }
+  return names;
+}
+
+// GPU time of one inference of `batch` images (every launch of it on one stream, queued behind
+// the held stream: launch latency excluded), L2 warm, median of `reps`, in microseconds.
+template <class F>
+double time_us(cudaStream_t s, int reps, F&& enqueue) {
+  return course::measure(s, reps, enqueue, course::L2::warm, false).gpu_ms * 1e3;
+}
+
+// Calibration at the serving size, on the GPU: an engine with every op in FP32 (the fallback
+// path on lesson 12's FP32 kernels; `table` only passes the constructor's check, no scale is
+// used) run on `count` held-out scenes from kHeldOutSeed, every buffer read back into its
+// observer. What observe_engine_graph does with the CPU reference, at a size the CPU reference
+// would take minutes for.
+std::vector<TensorObservation> observe_on_gpu(const lesson12::EngineGraph& g,
+                                              const CalibrationTable& table, const std::string& id,
+                                              int count, cudaStream_t s) {
+  QuantizedEngineConfig qc;
+  qc.fallback = lesson12::DType::f32;
+  for (const lesson12::FusedOp& op : g.ops)
+    if (op.kind != lesson12::OpKind::detect) qc.keep.push_back(op.name);
+  QuantizedEngine f32(g, table, id, qc);
+  const std::vector<std::string> names = calibration_tensor_names(g);
+  std::vector<TensorObservation> obs;
+  for (const std::string& n : names) obs.push_back({n, ActivationObserver()});
+  const auto images = calibration_images(kHeldOutSeed, count, g.input_w, g.input_h);
+  course::DeviceBuffer<float> x(images.front().size()),
+      y(static_cast<std::size_t>(4 + g.num_classes) * g.num_candidates);
+  for (const std::vector<float>& im : images) {
+    CUDA_CHECK(cudaMemcpy(x.data(), im.data(), im.size() * sizeof(float), cudaMemcpyHostToDevice));
+    f32.enqueue(x.data(), 1, y.data(), s);
+    CUDA_CHECK(cudaStreamSynchronize(s));
+    obs[0].observer.observe(im);
+    for (std::size_t b = 0; b < g.buffers.size(); ++b)
+      obs[b + 1].observer.observe(f32.read_buffer(static_cast<int>(b), 1).values);
+  }
+  return obs;
+}
+
+void engine_table(const lesson12::WeightsFile& w, const Options& o,
+                  const std::vector<TensorObservation>& obs) {
+  const course::DeviceInfo dev = course::query_device(0);
+  const int S = lesson12::kInputSize;
+  std::printf("4. The INT8 engine at %dx%d on %s\n", S, S, course::summary(dev).c_str());
+  if (dev.cc_major < 8) {
+    std::printf("   The INT8 tensor-core kernel needs compute capability 8.0 or newer: skipped.\n");
+    return;
+  }
+  CUDA_CHECK(cudaSetDevice(0));
+  CUDA_CHECK(cudaFree(nullptr));
+  course::Stream stream;
+  const cudaStream_t s = stream.get();
+  const lesson12::NetworkDefinition net = lesson12::yolov8n(w, S, S);
+  const lesson12::EngineGraph g = lesson12::optimize(net);
+  const std::string id = network_id(w.model, g);  // the input size is not part of it
+  const CalibrationTable small_table =
+      make_calibration_table(obs, CalibratorConfig{CalibrationMethod::entropy, 0, 128}, id);
+  // The tables at the serving size (8 scenes, seeds from kHeldOutSeed as in part 1).
+  constexpr int kGpuCalibScenes = 8;
+  const std::vector<TensorObservation> obs640 =
+      observe_on_gpu(g, small_table, id, kGpuCalibScenes, s);
+  const CalibrationTable entropy640 =
+      make_calibration_table(obs640, CalibratorConfig{CalibrationMethod::entropy, 0, 128}, id);
+  const CalibrationTable minmax640 =
+      make_calibration_table(obs640, CalibratorConfig{CalibrationMethod::min_max, 0, 128}, id);
+  const CalibrationTable p9999_640 = make_calibration_table(
+      obs640, CalibratorConfig{CalibrationMethod::percentile, 99.99, 128}, id);
+  std::printf(
+      "   tables: entropy-128 from part 1 (%dx%d scenes, CPU reference), and min-max, percentile\n"
+      "   99.99 and entropy-128 from %d scenes at %dx%d (seeds %llu.., every buffer of an FP32 "
+      "run\n"
+      "   of the engine read back); lesson 12's builder for FP16 (opt batch 1 and %d) and FP32\n",
+      kCalibW, kCalibH, kGpuCalibScenes, S, S, static_cast<unsigned long long>(kHeldOutSeed),
+      kEngineMaxBatch);
+  lesson12::BuilderConfig cfg;
+  cfg.precision = lesson12::DType::f16;
+  cfg.profile = {1, 1, kEngineMaxBatch};
+  const auto e16_1 = lesson12::Engine::deserialize(lesson12::build_plan(net, cfg));
+  cfg.profile = {1, kEngineMaxBatch, kEngineMaxBatch};
+  lesson12::BuildReport report16;
+  const auto e16 = lesson12::Engine::deserialize(lesson12::build_plan(net, cfg, &report16));
+  cfg.precision = lesson12::DType::f32;
+  cfg.profile = {1, 1, kEngineMaxBatch};
+  cfg.timing_iterations = 3;
+  const auto e32 = lesson12::Engine::deserialize(lesson12::build_plan(net, cfg));
+  QuantizedEngineConfig qc;
+  qc.max_batch = kEngineMaxBatch;
+  QuantizedEngine q8(g, entropy640, id, qc);
+  qc.epilogue = Int8Epilogue::fast;
+  QuantizedEngine q8x(g, entropy640, id, qc);
+  qc.epilogue = Int8Epilogue::exact;
+  qc.keep = first_and_head_ops(g);
+  QuantizedEngine q8f(g, entropy640, id, qc);
+  std::printf("   %s\n   %s\n", q8.describe().c_str(), q8f.describe().c_str());
+
+  // ---- speed: every engine on one stream (lesson 12's without auxiliary streams), no graph.
+  std::printf(
+      "\n   GPU time of one inference (all its launches on one stream, queued behind a held "
+      "stream:\n   launch latency excluded), L2 warm, median of %d; lesson 12's FP16 engine "
+      "without auxiliary\n   streams, so that both run one launch after another, built for the "
+      "batch it runs\n   %s\n",
+      o.reps, course::harness_floor_caption(s).c_str());
+  std::printf("   %-44s %7s %12s %12s %9s\n", "engine", "batch", "us / batch", "us / image",
+              "vs FP16");
+  const std::size_t in_per_image = 3ull * S * S;
+  const std::size_t out_per_image = static_cast<std::size_t>(4 + g.num_classes) * g.num_candidates;
+  course::DeviceBuffer<float> x(in_per_image * kEngineMaxBatch), y(out_per_image * kEngineMaxBatch);
+  {
+    // Scene 0 in every slot: real activations (all-zero inputs would leave the INT8 path's
+    // values near zero).
+    const std::vector<float> img = lesson12::scene_input(0, S, S);
+    for (int b = 0; b < kEngineMaxBatch; ++b) {
+      CUDA_CHECK(cudaMemcpy(x.data() + in_per_image * b, img.data(), in_per_image * sizeof(float),
+                            cudaMemcpyHostToDevice));
+    }
+  }
+  double int8_us_1 = 0, fp16_us_1 = 0;
+  for (int batch : {1, kEngineMaxBatch}) {
+    auto ctx = (batch == 1 ? e16_1 : e16)->create_execution_context();
+    ctx->set_aux_streams(0);
+    ctx->set_input_shape(batch);
+    ctx->set_tensor_address("images", x.data());
+    ctx->set_tensor_address("output0", y.data());
+    const double t16 = time_us(s, o.reps, [&] { ctx->enqueue(s); });
+    const double t8 = time_us(s, o.reps, [&] { q8.enqueue(x.data(), batch, y.data(), s); });
+    const double t8f = time_us(s, o.reps, [&] { q8f.enqueue(x.data(), batch, y.data(), s); });
+    const double t8x = time_us(s, o.reps, [&] { q8x.enqueue(x.data(), batch, y.data(), s); });
+    const auto row = [&](const std::string& what, double us) {
+      std::printf("   %-44s %7d %12.1f %12.2f %8.2fx\n", what.c_str(), batch, us, us / batch,
+                  t16 / us);
+    };
+    row("FP16 (lesson 12)", t16);
+    row("INT8, every op", t8);
+    row("INT8, every op, fast epilogue", t8x);
+    row("INT8, " + std::to_string(qc.keep.size()) + " ops FP16 (" +
+            std::to_string(q8f.reformat_launches()) + " reformats)",
+        t8f);
+    if (batch == 1) int8_us_1 = t8, fp16_us_1 = t16;
+  }
+
+  // ---- where the time goes at batch 32: each INT8 launch timed on its own, beside the FP16
+  // builder's time for the same layer (its chosen tactic at batch 32, from the build report).
+  {
+    std::vector<LaunchTime> t = q8.profile(x.data(), kEngineMaxBatch, y.data(), s);
+    double total = 0;
+    for (const LaunchTime& l : t) total += l.us;
+    std::sort(t.begin(), t.end(),
+              [](const LaunchTime& a, const LaunchTime& b) { return a.us > b.us; });
+    std::printf(
+        "\n   INT8 engine (every op), batch %d: the 12 slowest of %zu launches, each timed alone\n"
+        "   (events around it; sum %.0f us), beside lesson 12's FP16 time for that layer (its\n"
+        "   builder's chosen tactic at batch %d)\n",
+        kEngineMaxBatch, t.size(), total, kEngineMaxBatch);
+    std::printf("   %-62s %10s %10s\n", "launch", "INT8 us", "FP16 us");
+    for (std::size_t i = 0; i < t.size() && i < 12; ++i) {
+      double fp16 = 0;
+      for (const lesson12::LayerDecision& d : report16.layers) {
+        const std::string key = " " + d.layer + " ";
+        if (d.chosen >= 0 && (t[i].launch + " ").find(key) != std::string::npos)
+          fp16 = d.candidates[static_cast<std::size_t>(d.chosen)].us;
+      }
+      if (fp16 > 0)
+        std::printf("   %-62s %10.1f %10.1f\n", t[i].launch.substr(0, 62).c_str(), t[i].us, fp16);
+      else
+        std::printf("   %-62s %10.1f %10s\n", t[i].launch.substr(0, 62).c_str(), t[i].us, "-");
+    }
+  }
+
+  // ---- accuracy: held-out scenes at 640 x 640, one image at a time.
+  std::printf(
+      "\n   Accuracy on %d held-out scenes (seeds 0..%d) at %dx%d; changed: frames whose "
+      "deployment\n   detections (conf 0.25, IoU 0.45) differ from FP32's (IoU >= 0.9)\n",
+      o.engine_scenes, o.engine_scenes - 1, S, S);
+  const HeldOutScenes scenes = held_out_scenes(0, o.engine_scenes, S, S);
+  const auto run_one = [&](const std::vector<float>& image, const std::function<void()>& enqueue) {
+    CUDA_CHECK(cudaMemcpyAsync(x.data(), image.data(), in_per_image * sizeof(float),
+                               cudaMemcpyHostToDevice, s));
+    enqueue();
+    std::vector<float> out(out_per_image);
+    CUDA_CHECK(cudaMemcpyAsync(out.data(), y.data(), out_per_image * sizeof(float),
+                               cudaMemcpyDeviceToHost, s));
+    CUDA_CHECK(cudaStreamSynchronize(s));
+    return out;
+  };
+  const auto lesson12_fn = [&](const lesson12::Engine& e) {
+    std::shared_ptr<lesson12::ExecutionContext> ctx = e.create_execution_context();
+    ctx->set_input_shape(1);
+    ctx->set_tensor_address("images", x.data());
+    ctx->set_tensor_address("output0", y.data());
+    return NetworkFn(
+        [&, ctx](const std::vector<float>& im) { return run_one(im, [&] { ctx->enqueue(s); }); });
+  };
+  const auto int8_fn = [&](QuantizedEngine& e) {
+    QuantizedEngine* engine = &e;
+    return NetworkFn([&, engine](const std::vector<float>& im) {
+      return run_one(im, [&] { engine->enqueue(x.data(), 1, y.data(), s); });
+    });
+  };
+  const SceneDetections ref = detect_scenes(lesson12_fn(*e32), scenes, g.num_classes);
+  std::printf("   %-52s %8s %13s %10s\n", "engine", "mAP@0.5", "mAP@0.5:0.95", "changed");
+  const auto print = [&](const std::string& what, const SceneDetections& d) {
+    const Accuracy a = score_detections(d, scenes, g.num_classes, &ref);
+    std::printf("   %-52s %8.4f %13.4f %6d/%d\n", what.c_str(), a.map50, a.map50_95, a.changed,
+                a.frames);
+    return a;
+  };
+  print("FP32 (lesson 12)", ref);
+  print("FP16 (lesson 12)", detect_scenes(lesson12_fn(*e16_1), scenes, g.num_classes));
+  const auto int8_row = [&](const std::string& what, const CalibrationTable& t,
+                            const std::vector<std::string>& keep, Int8Epilogue e) {
+    QuantizedEngineConfig c;
+    c.keep = keep;
+    c.epilogue = e;
+    QuantizedEngine q(g, t, id, c);
+    return print(what, detect_scenes(int8_fn(q), scenes, g.num_classes));
+  };
+  const std::string at640 = ", " + std::to_string(S) + "x" + std::to_string(S) + " table";
+  const std::vector<std::string> none, fh = first_and_head_ops(g);
+  int8_row("INT8 entropy, " + std::to_string(kCalibW) + "x" + std::to_string(kCalibH) + " table",
+           small_table, none, Int8Epilogue::exact);
+  int8_row("INT8 min-max" + at640, minmax640, none, Int8Epilogue::exact);
+  int8_row("INT8 percentile 99.99" + at640, p9999_640, none, Int8Epilogue::exact);
+  const Accuracy a8 = int8_row("INT8 entropy" + at640, entropy640, none, Int8Epilogue::exact);
+  int8_row("INT8 entropy" + at640 + ", fast epilogue", entropy640, none, Int8Epilogue::fast);
+  int8_row("INT8 entropy" + at640 + ", first layer, head FP16", entropy640, fh,
+           Int8Epilogue::exact);
+  int8_row("INT8 min-max" + at640 + ", first layer, head FP16", minmax640, fh, Int8Epilogue::exact);
+  std::printf("\n");
+  course::add_headline("INT8 engine %dx%d batch 1: %.1f us vs FP16 %.1f us; mAP@0.5:0.95 %.4f", S,
+                       S, int8_us_1, fp16_us_1, a8.map50_95);
 }
 
 int run(const Options& o) {
   std::printf("Lesson 13: INT8 quantisation of lesson 12's detector\n\n");
   const lesson12::WeightsFile w = lesson12::read_weights(o.weights);
   const std::vector<TensorObservation> obs = calibration_summary(w, o);
+  if (o.engine) {
+    std::printf("2. and 3.: skipped (--engine)\n\n");
+    const course::DeviceAvailability avail = course::check_device_available();
+    if (!avail.usable) {
+      std::printf("4. The INT8 engine: needs a GPU; none here: %s\n", avail.reason.c_str());
+      course::add_headline("calibration only (no GPU: --engine needs one)");
+    } else {
+      engine_table(w, o, obs);
+    }
+    course::print_headline();
+    return 0;
+  }
   if (o.accuracy) {
     std::printf("2. Speed: skipped (--accuracy)\n\n");
     accuracy_table(w, o, obs);
@@ -568,6 +875,12 @@ int main(int argc, char** argv) {
       ->check(course::integer_in(1, 256));
   app.add_flag("--sensitivity", o.sensitivity,
                "with --accuracy: each convolution alone in INT8, the costliest layers");
+  app.add_flag("--engine", o.engine,
+               "instead of parts 2 and 3 (GPU): the INT8 engine at 640x640 against lesson 12's "
+               "FP16 and FP32 engines: GPU time at batch 1 and 32, mAP on held-out scenes");
+  app.add_option("--engine-scenes", o.engine_scenes,
+                 "held-out scenes for --engine's mAP (seeds 0..N-1; default 100)")
+      ->check(course::integer_in(1, 1000));
   // The body checks for a GPU itself: the calibration part runs without one.
   return course::lesson_main(
       app, argc, argv, [&] { return run(o); }, course::DeviceCheck::none);
