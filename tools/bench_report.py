@@ -242,6 +242,16 @@ def main():
             subprocess.run([sys.executable, os.path.join(ROOT, "tools", "readme_insert.py"),
                             os.path.join(lesson_dir, "README.md"), "H200-BENCH: lesson%s" % lesson, "-", "--raw"],
                            input=block, text=True, check=True)
+    # Lessons whose figures are their program's own tables, not a Google Benchmark: the block
+    # their RESULTS.md marks for this page, copied as it stands.
+    for lesson, folder in (("13", "13-quantization"),):
+        with open(os.path.join(ROOT, "lessons", folder, "RESULTS.md")) as f:
+            text = f.read()
+        begin, end = "<!-- BENCHMARKS-PAGE: begin -->", "<!-- BENCHMARKS-PAGE: end -->"
+        if begin in text and end in text:
+            body = text.split(begin, 1)[1].split(end, 1)[0].strip("\n")
+            doc += ["## Lesson %s: %s" % (lesson, folder[3:].replace("-", " ")), "",
+                    "[lesson README](../lessons/%s/README.md)" % folder, "", body, ""]
     with open(os.path.join(ROOT, "docs", "benchmarks.md"), "w") as f:
         f.write("\n".join(doc).rstrip("\n") + "\n")
     print("wrote docs/benchmarks.md")

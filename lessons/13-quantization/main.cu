@@ -10,7 +10,8 @@
 // 2. speed (GPU, compute capability 8.0+): the network's largest 1x1 and largest 3x3
 //    convolution at 640 x 640, timed as
 //      INT8 implicit GEMM   this lesson's kernel, every tile, INT8 in and out with the fused
-//                           epilogue (its result checked against conv_int8_reference first)
+//                           epilogue, exact and fast (int8_conv_gpu.hpp; the results checked
+//                           against conv_int8_reference first)
 //      FP16 implicit GEMM   lesson 12's kernels, every one the builder may choose for the layer
 //      cuBLASLt INT8 GEMM   the same GEMM shape (M = pixels, N = out_c, K = kernel^2 in_c) on
 //                           contiguous operands, int32 and int8 output: the library's time with
@@ -30,16 +31,17 @@
 //    pixel), min-max and entropy, with the same correct inference. With --sensitivity, each
 //    convolution alone in INT8 (entropy table, per-channel weights) on the first 16 of those
 //    scenes: the layers whose quantisation costs most (about a minute more on one core). A small
-//    input and few scenes keep it to about a minute on one core (--threads 1, the default); the
-//    numbers of the GPU engine at 640 x 640 on hundreds of scenes are the ones the lesson will
-//    report.
+//    input and few scenes keep it to about a minute on one core (--threads 1, the default);
+//    --engine measures the GPU engine at 640 x 640.
 // --engine replaces parts 2 and 3 by
-// 4. the INT8 engine (GPU, quantized_engine.hpp) at 640 x 640 with part 1's entropy table,
-//    every op INT8 and with the first layer and the head's last convolutions in FP16, against
-//    lesson 12's FP16 engine: GPU time of one inference at batch 1 and 32 (all launches on one
-//    stream, no CUDA graph, launch latency excluded, L2 warm, median of --reps); then mAP@0.5,
-//    mAP@0.5:0.95 and the frames whose detections change against lesson 12's FP32 engine, on
-//    --engine-scenes held-out scenes, for FP32, FP16 and both INT8 engines.
+// 4. the INT8 engine (GPU, quantized_engine.hpp) at 640 x 640: tables calibrated at 640 x 640
+//    on the GPU (8 scenes from seed 1000: min-max, percentile 99.99, entropy) beside part 1's
+//    entropy table; every op INT8 (exact and fast epilogue) and with the first layer and the
+//    head's last convolutions in FP16, against lesson 12's FP16 engine: GPU time of one inference
+//    at batch 1 and 32 (all launches on one stream, no CUDA graph, launch latency excluded, L2
+//    warm, median of --reps), the slowest INT8 launches at batch 32 beside the FP16 builder's
+//    time for the same layer; then mAP@0.5, mAP@0.5:0.95 and the frames whose detections change
+//    against lesson 12's FP32 engine on --engine-scenes held-out scenes, per table.
 #include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
 
@@ -180,8 +182,8 @@ void accuracy_table(const lesson12::WeightsFile& w, const Options& o,
       "stays FP32.\n   FP8 E4M3: the same, E4M3 codes at scale amax / 448 (the table's amax = "
       "127 x its scale),\n   weights max |w| / 448, conv_fp8_reference's exact sums.\n"
       "   mAP as COCO computes it (conf 0.001, NMS IoU 0.7); changed: frames whose "
-      "detections\n   (conf 0.25, IoU 0.45) differ from FP32's. A GPU engine's numbers at 640x640 "
-      "will replace these.\n\n");
+      "detections\n   (conf 0.25, IoU 0.45) differ from FP32's. The GPU engine at 640x640: "
+      "--engine.\n\n");
   const lesson12::EngineGraph g = lesson12::optimize(lesson12::yolov8n(w, kCalibH, kCalibW));
   const std::string id = network_id(w.model, g);
   const HeldOutScenes scenes = held_out_scenes(0, o.eval_scenes, kCalibW, kCalibH);
