@@ -3,10 +3,12 @@
 #include "int8_conv_gpu.hpp"
 
 #include <cstdint>
+#include <initializer_list>
 #include <stdexcept>
 #include <string>
 
 #include "common/cuda_check.hpp"
+#include "fp8_conv_gpu.hpp"
 
 namespace lesson13 {
 
@@ -27,6 +29,47 @@ bool device_accessible(const void* p) {
   CUDA_CHECK(cudaPointerGetAttributes(&attr, p));
   return attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged ||
          attr.type == cudaMemoryTypeHost;
+}
+
+struct NamedPointer {
+  const void* p;
+  const char* name;
+};
+
+// What both launchers check before a launch (messages start with `who`): the tile index, then,
+// unless batch is 0, the current device's compute capability against min_cc (10 major + minor;
+// `needs` says why) and every non-null pointer device-accessible. Returns the tile to launch
+// (auto_tile(SM count) for -1), or -1 when there is nothing to launch. Throws
+// std::invalid_argument.
+template <class AutoTile>
+int checked_tile(const char* who, int tile, int batch, int min_cc, const char* needs,
+                 std::initializer_list<NamedPointer> pointers, AutoTile auto_tile) {
+  const auto fail = [&](const std::string& what) {
+    throw std::invalid_argument(std::string(who) + ": " + what);
+  };
+  const int count = static_cast<int>(int8_conv_tiles().size());
+  if (tile < -1 || tile >= count) {
+    fail("tile " + std::to_string(tile) + " is neither -1 (automatic) nor an index of " +
+         "int8_conv_tiles() (0.." + std::to_string(count - 1) + ")");
+  }
+  if (batch == 0) return -1;
+  int dev = 0, major = 0, minor = 0, sms = 0;
+  CUDA_CHECK(cudaGetDevice(&dev));
+  CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+  CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+  if (major * 10 + minor < min_cc) {
+    fail("this GPU has compute capability " + std::to_string(major) + "." + std::to_string(minor) +
+         "; " + needs);
+  }
+  for (const NamedPointer& ptr : pointers) {
+    if (ptr.p != nullptr && !device_accessible(ptr.p))
+      fail(std::string(ptr.name) + " is not memory the GPU can access (pageable host memory?)");
+  }
+  if (tile < 0) {
+    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    tile = auto_tile(sms);
+  }
+  return tile;
 }
 
 long long blocks_of(const Int8ConvTile& t, const Int8ConvArgs& a) {
@@ -71,36 +114,69 @@ void check_int8_conv_gpu_args(const Int8ConvArgs& a) {
 void conv_int8_gpu(const Int8ConvArgs& a, cudaStream_t stream, int tile,
                    unsigned long long* fallbacks, Int8Epilogue epilogue) {
   check_int8_conv_gpu_args(a);
-  const int count = static_cast<int>(int8_conv_tiles().size());
-  require(tile >= -1 && tile < count, "tile " + std::to_string(tile) +
-                                          " is neither -1 (automatic) nor an index of "
-                                          "int8_conv_tiles() (0.." +
-                                          std::to_string(count - 1) + ")");
-  if (a.batch == 0) return;
-  int dev = 0, major = 0, minor = 0, sms = 0;
-  CUDA_CHECK(cudaGetDevice(&dev));
-  CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-  CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
-  require(major >= 8, "this GPU has compute capability " + std::to_string(major) + "." +
-                          std::to_string(minor) +
-                          "; mma.sync.m16n8k32 with INT8 operands and cp.async need 8.0");
-  const struct {
-    const void* p;
-    const char* name;
-  } pointers[] = {{a.x, "x"}, {a.w, "w"},     {a.bias, "bias"},        {a.w_scale, "w_scale"},
-                  {a.y, "y"}, {a.res, "res"}, {fallbacks, "fallbacks"}};
-  for (const auto& ptr : pointers) {
-    if (ptr.p != nullptr) {
-      require(device_accessible(ptr.p),
-              std::string(ptr.name) + " is not memory the GPU can access (pageable host memory?)");
-    }
-  }
-  if (tile < 0) {
-    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    tile = int8_conv_auto_tile(a, sms);
-  }
-  detail::launch_int8_conv(tile, a, epilogue, fallbacks, stream);
+  tile = checked_tile("conv_int8_gpu", tile, a.batch, 80,
+                      "mma.sync.m16n8k32 with INT8 operands and cp.async need 8.0",
+                      {{a.x, "x"},
+                       {a.w, "w"},
+                       {a.bias, "bias"},
+                       {a.w_scale, "w_scale"},
+                       {a.y, "y"},
+                       {a.res, "res"},
+                       {fallbacks, "fallbacks"}},
+                      [&](int sms) { return int8_conv_auto_tile(a, sms); });
+  if (tile >= 0) detail::launch_int8_conv(tile, a, epilogue, fallbacks, stream);
 }
+
+// ------------------------------------------------------------------------ FP8 (fp8_conv_gpu.hpp)
+
+namespace {
+void require_fp8(bool ok, const std::string& what) {
+  if (!ok) throw std::invalid_argument("conv_fp8_gpu: " + what);
+}
+// The INT8 kernel's tile rule looks at the output shape only.
+Int8ConvArgs shape_of(const Fp8ConvArgs& a) {
+  Int8ConvArgs s{};
+  s.batch = a.batch;
+  s.out_h = a.out_h;
+  s.out_w = a.out_w;
+  s.out_c = a.out_c;
+  return s;
+}
+}  // namespace
+
+int fp8_conv_auto_tile(const Fp8ConvArgs& a, int sm_count) {
+  return int8_conv_auto_tile(shape_of(a), sm_count);
+}
+
+void check_fp8_conv_gpu_args(const Fp8ConvArgs& a) {
+  check_fp8_conv_args(a, "conv_fp8_gpu", false);
+  require_fp8(a.in_c % kInt8ConvChannelMultiple == 0,
+              "in_c = " + std::to_string(a.in_c) + " is not a multiple of " +
+                  std::to_string(kInt8ConvChannelMultiple) +
+                  " (16 channels per 16-byte copy; pad the channels with zeros)");
+  require_fp8(a.x_stride % kInt8ConvChannelMultiple == 0,
+              "x_stride = " + std::to_string(a.x_stride) + " is not a multiple of " +
+                  std::to_string(kInt8ConvChannelMultiple) +
+                  " (every pixel's channels must start on a 16-byte boundary)");
+  require_fp8(aligned16(a.x), "x is not 16-byte aligned (cp.async copies 16 bytes)");
+  require_fp8(aligned16(a.w), "w is not 16-byte aligned (cp.async copies 16 bytes)");
+}
+
+void conv_fp8_gpu(const Fp8ConvArgs& a, cudaStream_t stream, int tile) {
+  check_fp8_conv_gpu_args(a);
+  tile = checked_tile("conv_fp8_gpu", tile, a.batch, 89,
+                      "mma.sync.m16n8k32 with E4M3 operands needs 8.9",
+                      {{a.x, "x"},
+                       {a.w, "w"},
+                       {a.bias, "bias"},
+                       {a.w_scale, "w_scale"},
+                       {a.y, "y"},
+                       {a.res, "res"}},
+                      [&](int sms) { return fp8_conv_auto_tile(a, sms); });
+  if (tile >= 0) detail::launch_fp8_conv(tile, a, stream);
+}
+
+// ------------------------------------------------------------------------ the number checks
 
 namespace {
 void check_array(const char* who, const void* in, const void* out, int n) {

@@ -6,6 +6,7 @@
 // compute capability 8.0, and the build's default for a machine without a GPU is compute_75 PTX.
 // Compiled for an older architecture the kernel traps; conv_int8_gpu refuses such a GPU first.
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime_api.h>
 #include <math.h>
 #include <stdint.h>
@@ -15,6 +16,9 @@
 #include <string>
 
 #include "common/cuda_check.hpp"
+#include <type_traits>
+
+#include "fp8_conv_gpu.hpp"
 #include "int8_conv_gpu.hpp"
 #include "int8_mma.hpp"
 #include "ptx_wrappers.cuh"  // lesson 12: cp.async, ldmatrix
@@ -116,6 +120,21 @@ __device__ __forceinline__ void store1(float* p, double v) {
 __device__ __forceinline__ void store1(__half* p, double v) {
   *p = __float2half_rn(__double2float_rn(v));
 }
+__device__ __forceinline__ void store1(float* p, float v) {
+  *p = v;
+}
+__device__ __forceinline__ void store1(__half* p, float v) {
+  *p = __float2half_rn(v);
+}
+__device__ __forceinline__ void store4(float* p, const float (&v)[4]) {
+  *reinterpret_cast<float4*>(p) = make_float4(v[0], v[1], v[2], v[3]);
+}
+__device__ __forceinline__ void store4(__half* p, const float (&v)[4]) {
+  __half2 h[2];
+  h[0] = __halves2half2(__float2half_rn(v[0]), __float2half_rn(v[1]));
+  h[1] = __halves2half2(__float2half_rn(v[2]), __float2half_rn(v[3]));
+  *reinterpret_cast<uint2*>(p) = *reinterpret_cast<const uint2*>(h);
+}
 __device__ __forceinline__ void store4(float* p, const double (&v)[4]) {
   *reinterpret_cast<float4*>(p) = make_float4(__double2float_rn(v[0]), __double2float_rn(v[1]),
                                               __double2float_rn(v[2]), __double2float_rn(v[3]));
@@ -151,6 +170,41 @@ __device__ __forceinline__ void mma_s8(int (&d)[4], const unsigned (&a)[4], unsi
       : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
+// D = A * B + D, m16n8k32, E4M3 inputs, f32 accumulators. The fragments have the .s8 layout above
+// (PTX ISA: the same figures serve every 8-bit type of m16n8k32); d0 .. d3 as above, in float.
+// Compute capability 8.9 or newer: compiled for an older target, a trap (conv_fp8_gpu refuses
+// such a GPU before launching).
+__device__ __forceinline__ void mma_e4m3(float (&d)[4], const unsigned (&a)[4], unsigned b0,
+                                         unsigned b1) {
+#if __CUDA_ARCH__ >= 890
+  asm volatile(
+      "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#else
+  __trap();
+#endif
+}
+__device__ __forceinline__ void mma8(int (&d)[4], const unsigned (&a)[4], unsigned b0,
+                                     unsigned b1) {
+  mma_s8(d, a, b0, b1);
+}
+__device__ __forceinline__ void mma8(float (&d)[4], const unsigned (&a)[4], unsigned b0,
+                                     unsigned b1) {
+  mma_e4m3(d, a, b0, b1);
+}
+
+// The FP8 epilogue of one element (fp8_conv_gpu.hpp): float arithmetic, SiLU with expf.
+__device__ __forceinline__ float fp8_epilogue_value(float acc, float xw, float bias, int act,
+                                                    bool has_res, float res_scale,
+                                                    std::uint8_t res) {
+  float v = __fadd_rn(__fmul_rn(acc, xw), bias);
+  if (act == 1) v = __fdiv_rn(v, __fadd_rn(1.0f, expf(-v)));
+  if (has_res) v = __fadd_rn(v, __fmul_rn(res_scale, fp8_e4m3_to_float(res)));
+  return v;
+}
+
 // Output pixel m (the GEMM row) -> image, row, column.
 struct Pixel {
   int n, y, x;
@@ -210,17 +264,22 @@ using Tile128x64 = TileCfg<128, 64, 2, 2>;    // 4 warps of 64 x 32
 using Tile64x64 = TileCfg<64, 64, 2, 2>;      // 4 warps of 32 x 32
 using Tile64x32 = TileCfg<64, 32, 2, 2>;      // 4 warps of 32 x 16
 
+// Args: Int8ConvArgs (s8 operands, int32 accumulators, the INT8 epilogue) or Fp8ConvArgs (E4M3
+// operands, f32 accumulators, the FP8 epilogue). The two share every field name.
+template <class Args>
 struct KernelParams {
-  Int8ConvArgs a;
-  unsigned long long* fallbacks;
+  Args a;
+  unsigned long long* fallbacks;  // INT8 only
 };
 
-template <class Cfg, class T, bool kExact>
-__global__ void __launch_bounds__(Cfg::kThreads) conv_int8_mma(KernelParams kp) {
+template <class Cfg, class Args, class T, bool kExact>
+__global__ void __launch_bounds__(Cfg::kThreads) conv_int8_mma(KernelParams<Args> kp) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  constexpr bool kFp8 = std::is_same_v<Args, Fp8ConvArgs>;
+  using Acc = std::conditional_t<kFp8, float, int>;
   constexpr int BM = Cfg::BM, BN = Cfg::BN, MI = Cfg::MI, NJ = Cfg::NJ;
   constexpr int kRowsPerPass = Cfg::kRowsPerPass;
-  const Int8ConvArgs& a = kp.a;
+  const Args& a = kp.a;
   extern __shared__ __align__(16) unsigned char smem[];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int M = a.batch * a.out_h * a.out_w;
@@ -231,8 +290,8 @@ __global__ void __launch_bounds__(Cfg::kThreads) conv_int8_mma(KernelParams kp) 
   const int stages_used = slices < kStages ? slices : kStages;
   const unsigned sA = smem_u32(smem), sB = sA + stages_used * Cfg::kAStageBytes;
   const int bm = blockIdx.x * BM, bn = blockIdx.y * BN;
-  const int8_t* x = a.x;
-  const int8_t* w = a.w;
+  const auto* x = reinterpret_cast<const unsigned char*>(a.x);  // bytes: INT8 or E4M3 codes
+  const auto* w = reinterpret_cast<const unsigned char*>(a.w);
   // The tile's per-channel constants (the barriers of the K loop publish them).
   float* chan = reinterpret_cast<float*>(smem + Cfg::chan_offset(stages_used));
   for (int c = tid; c < BN; c += Cfg::kThreads) {
@@ -309,7 +368,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) conv_int8_mma(KernelParams kp) 
   const unsigned a_ld = sA + int8_tile_offset(wm0 + la.row, la.col);
   const unsigned b_ld = sB + int8_tile_offset(wn0 + lb.row, lb.col);
 
-  int acc[MI][NJ][4];
+  Acc acc[MI][NJ][4];
 #pragma unroll
   for (int i = 0; i < MI; ++i)
 #pragma unroll
@@ -349,7 +408,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) conv_int8_mma(KernelParams kp) 
 #pragma unroll
       for (int i = 0; i < MI; ++i)
 #pragma unroll
-        for (int j = 0; j < NJ; ++j) mma_s8(acc[i][j], af[i], bf[j][0], bf[j][1]);
+        for (int j = 0; j < NJ; ++j) mma8(acc[i][j], af[i], bf[j][0], bf[j][1]);
     }
     read = read + 1 == kStages ? 0 : read + 1;
     write = write + 1 == kStages ? 0 : write + 1;
@@ -365,7 +424,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) conv_int8_mma(KernelParams kp) 
   cp_async_wait<0>();  // only empty groups remain: nothing in flight when the block exits
   __syncthreads();     // every warp has finished reading the stages
   constexpr int LD = Cfg::kAccLd;
-  int* stage = reinterpret_cast<int*>(smem);
+  Acc* stage = reinterpret_cast<Acc*>(smem);
 #pragma unroll
   for (int i = 0; i < MI; ++i)
 #pragma unroll
@@ -374,13 +433,16 @@ __global__ void __launch_bounds__(Cfg::kThreads) conv_int8_mma(KernelParams kp) 
       for (int j = 0; j < NJ; ++j) {
         // accumulators (2h, 2h + 1) of fragment (i, j): channels c, c + 1 of row r
         const Int8RC e = int8_acc_element(lane, 2 * h);
-        *reinterpret_cast<int2*>(stage + (wm0 + i * 16 + e.row) * LD + wn0 + j * 8 + e.col) =
-            make_int2(acc[i][j][2 * h], acc[i][j][2 * h + 1]);
+        Acc* dst = stage + (wm0 + i * 16 + e.row) * LD + wn0 + j * 8 + e.col;
+        if constexpr (kFp8)
+          *reinterpret_cast<float2*>(dst) = make_float2(acc[i][j][2 * h], acc[i][j][2 * h + 1]);
+        else
+          *reinterpret_cast<int2*>(dst) = make_int2(acc[i][j][2 * h], acc[i][j][2 * h + 1]);
       }
   __syncthreads();
 
   T* y = static_cast<T*>(a.y);
-  const int8_t* res = a.res;
+  const auto* res = reinterpret_cast<const unsigned char*>(a.res);  // INT8 or E4M3 codes
   const bool has_res = res != nullptr;
   // Whether a group of 4 channels starting at a multiple of 4 can be loaded / stored as one
   // vector: the stride and the base pointer aligned to 4 elements.
@@ -396,37 +458,73 @@ __global__ void __launch_bounds__(Cfg::kThreads) conv_int8_mma(KernelParams kp) 
     if (m >= M || n0 >= a.out_c) continue;
     const long long mm = m;
     const bool full = n0 + 4 <= a.out_c;  // all 4 channels exist
-    const int4 acc4 = *reinterpret_cast<const int4*>(stage + row * LD + col);
-    const int accs[4] = {acc4.x, acc4.y, acc4.z, acc4.w};
+    Acc accs[4];
+    if constexpr (kFp8) {
+      const float4 v4 = *reinterpret_cast<const float4*>(stage + row * LD + col);
+      accs[0] = v4.x, accs[1] = v4.y, accs[2] = v4.z, accs[3] = v4.w;
+    } else {
+      const int4 v4 = *reinterpret_cast<const int4*>(stage + row * LD + col);
+      accs[0] = v4.x, accs[1] = v4.y, accs[2] = v4.z, accs[3] = v4.w;
+    }
     const float4 xw4 = *reinterpret_cast<const float4*>(chan + col);
     const float4 ws4 = *reinterpret_cast<const float4*>(chan + BN + col);
     const float4 bias4 = *reinterpret_cast<const float4*>(chan + 2 * BN + col);
     const float xw[4] = {xw4.x, xw4.y, xw4.z, xw4.w}, ws[4] = {ws4.x, ws4.y, ws4.z, ws4.w};
     const float bias[4] = {bias4.x, bias4.y, bias4.z, bias4.w};
-    int rv[4] = {0, 0, 0, 0};
+    unsigned char rb[4] = {0, 0, 0, 0};  // the residual's codes (INT8: two's complement bytes)
     if (has_res) {
-      const int8_t* rp = res + mm * a.res_stride + n0;
+      const unsigned char* rp = res + mm * a.res_stride + n0;
       if (res_vec && full) {
-        const char4 r4 = *reinterpret_cast<const char4*>(rp);
-        rv[0] = r4.x, rv[1] = r4.y, rv[2] = r4.z, rv[3] = r4.w;
+        const uchar4 r4 = *reinterpret_cast<const uchar4*>(rp);
+        rb[0] = r4.x, rb[1] = r4.y, rb[2] = r4.z, rb[3] = r4.w;
       } else {
 #pragma unroll
         for (int e = 0; e < 4; ++e)
-          if (n0 + e < a.out_c) rv[e] = rp[e];
+          if (n0 + e < a.out_c) rb[e] = rp[e];
       }
     }
     T* yp = y + mm * a.y_stride + n0;
-    if constexpr (sizeof(T) == 1) {
+    if constexpr (kFp8) {
+      float v[4] = {0, 0, 0, 0};
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        if (n0 + e >= a.out_c) break;
+        v[e] = fp8_epilogue_value(accs[e], xw[e], bias[e], a.act, has_res, a.res_scale, rb[e]);
+      }
+      if constexpr (sizeof(T) == 1) {
+        // E4M3 codes of v / y_scale: a multiply by the reciprocal and the hardware conversion
+        // (cvt.rn.satfinite.e4m3x2.f32 on sm_89+: round to nearest even, saturate to +-448,
+        // NaN to 0x7F, as quantize_fp8_e4m3; the reciprocal adds one rounding, which the
+        // result's tolerance covers).
+        unsigned char q[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          q[e] = __nv_cvt_float_to_fp8(__fmul_rn(v[e], r_y), __NV_SATFINITE, __NV_E4M3);
+        if (y_vec && full) {
+          *reinterpret_cast<uchar4*>(yp) = make_uchar4(q[0], q[1], q[2], q[3]);
+        } else {
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+            if (n0 + e < a.out_c) yp[e] = q[e];
+        }
+      } else if (y_vec && full) {
+        store4(yp, v);
+      } else {
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          if (n0 + e < a.out_c) store1(yp + e, v[e]);
+      }
+    } else if constexpr (sizeof(T) == 1) {
       int8_t q[4] = {0, 0, 0, 0};
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         if (n0 + e >= a.out_c) break;
+        const int r = static_cast<signed char>(rb[e]);
         if constexpr (kExact)
           q[e] = int8_epilogue(accs[e], a.x_scale, ws[e], xw[e], bias[e], a.act, has_res,
-                               a.res_scale, rv[e], a.y_scale, kp.fallbacks);
+                               a.res_scale, r, a.y_scale, kp.fallbacks);
         else
-          q[e] =
-              int8_epilogue_fast(accs[e], xw[e], bias[e], a.act, has_res, a.res_scale, rv[e], r_y);
+          q[e] = int8_epilogue_fast(accs[e], xw[e], bias[e], a.act, has_res, a.res_scale, r, r_y);
       }
       if (y_vec && full) {
         *reinterpret_cast<char4*>(yp) = make_char4(q[0], q[1], q[2], q[3]);
@@ -440,7 +538,8 @@ __global__ void __launch_bounds__(Cfg::kThreads) conv_int8_mma(KernelParams kp) 
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         if (n0 + e >= a.out_c) break;
-        v[e] = exact_value(accs[e], a.x_scale, ws[e], bias[e], a.act, has_res, a.res_scale, rv[e]);
+        v[e] = exact_value(accs[e], a.x_scale, ws[e], bias[e], a.act, has_res, a.res_scale,
+                           static_cast<signed char>(rb[e]));
       }
       if (y_vec && full) {
         store4(yp, v);
@@ -486,8 +585,8 @@ void allow_smem(Kernel kernel, int bytes, std::atomic<unsigned long long>& done)
   done.fetch_or(bit);
 }
 
-template <class Cfg, class T, bool kExact>
-void launch_tile(const Int8ConvArgs& a, unsigned long long* fallbacks, cudaStream_t stream) {
+template <class Cfg, class T, bool kExact, class Args>
+void launch_tile(const Args& a, unsigned long long* fallbacks, cudaStream_t stream) {
   const long long M = static_cast<long long>(a.batch) * a.out_h * a.out_w;
   const int K = a.kernel * a.kernel * a.in_c;
   const int slices = (K + kBK - 1) / kBK;
@@ -496,10 +595,11 @@ void launch_tile(const Int8ConvArgs& a, unsigned long long* fallbacks, cudaStrea
   const dim3 grid(static_cast<unsigned>((M + Cfg::BM - 1) / Cfg::BM),
                   static_cast<unsigned>((a.out_c + Cfg::BN - 1) / Cfg::BN));
   if (smem > 48 * 1024) {
-    static std::atomic<unsigned long long> done{0};  // this kernel's (one per Cfg, T, kExact)
-    allow_smem(conv_int8_mma<Cfg, T, kExact>, Cfg::kSmemBytes, done);
+    static std::atomic<unsigned long long> done{0};  // this kernel's (one per template argument)
+    allow_smem(conv_int8_mma<Cfg, Args, T, kExact>, Cfg::kSmemBytes, done);
   }
-  conv_int8_mma<Cfg, T, kExact><<<grid, Cfg::kThreads, smem, stream>>>(KernelParams{a, fallbacks});
+  conv_int8_mma<Cfg, Args, T, kExact>
+      <<<grid, Cfg::kThreads, smem, stream>>>(KernelParams<Args>{a, fallbacks});
   CUDA_CHECK_LAUNCH();
 }
 
@@ -517,6 +617,19 @@ void launch_typed(const Int8ConvArgs& a, Int8Epilogue epilogue, unsigned long lo
       return launch_tile<Cfg, __half, true>(a, fallbacks, stream);
   }
   throw std::invalid_argument("conv_int8_gpu: unknown output type");
+}
+
+template <class Cfg>
+void launch_fp8_typed(const Fp8ConvArgs& a, cudaStream_t stream) {
+  switch (a.y_type) {
+    case Fp8ConvOutput::fp8:
+      return launch_tile<Cfg, std::uint8_t, true>(a, nullptr, stream);
+    case Fp8ConvOutput::f32:
+      return launch_tile<Cfg, float, true>(a, nullptr, stream);
+    case Fp8ConvOutput::f16:
+      return launch_tile<Cfg, __half, true>(a, nullptr, stream);
+  }
+  throw std::invalid_argument("conv_fp8_gpu: unknown output type");
 }
 
 template <class Cfg>
@@ -552,6 +665,22 @@ void launch_int8_conv(int tile, const Int8ConvArgs& a, Int8Epilogue epilogue,
       return launch_typed<Tile64x32>(a, epilogue, fallbacks, stream);
     default:
       throw std::invalid_argument("conv_int8_gpu: tile " + std::to_string(tile) +
+                                  " is not an index of int8_conv_tiles()");
+  }
+}
+
+void launch_fp8_conv(int tile, const Fp8ConvArgs& a, cudaStream_t stream) {
+  switch (tile) {
+    case 0:
+      return launch_fp8_typed<Tile128x128>(a, stream);
+    case 1:
+      return launch_fp8_typed<Tile128x64>(a, stream);
+    case 2:
+      return launch_fp8_typed<Tile64x64>(a, stream);
+    case 3:
+      return launch_fp8_typed<Tile64x32>(a, stream);
+    default:
+      throw std::invalid_argument("conv_fp8_gpu: tile " + std::to_string(tile) +
                                   " is not an index of int8_conv_tiles()");
   }
 }
