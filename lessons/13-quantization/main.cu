@@ -37,11 +37,12 @@
 // 4. the INT8 engine (GPU, quantized_engine.hpp) at 640 x 640: tables calibrated at 640 x 640
 //    on the GPU (8 scenes from seed 1000: min-max, percentile 99.99, entropy) beside part 1's
 //    entropy table; every op INT8 (exact and fast epilogue) and with the first layer and the
-//    head's last convolutions in FP16, against lesson 12's FP16 engine: GPU time of one inference
-//    at batch 1 and 32 (all launches on one stream, no CUDA graph, launch latency excluded, L2
-//    warm, median of --reps), the slowest INT8 launches at batch 32 beside the FP16 builder's
-//    time for the same layer; then mAP@0.5, mAP@0.5:0.95 and the frames whose detections change
-//    against lesson 12's FP32 engine on --engine-scenes held-out scenes, per table.
+//    head's last convolutions in FP16, and every op FP8 E4M3 (min-max table; compute capability
+//    8.9+), against lesson 12's FP16 engine: GPU time of one inference at batch 1 and 32 (all
+//    launches on one stream, no CUDA graph, launch latency excluded, L2 warm, median of --reps),
+//    the slowest INT8 launches at batch 32 beside the FP16 builder's time for the same layer;
+//    then mAP@0.5, mAP@0.5:0.95 and the frames whose detections change against lesson 12's FP32
+//    engine on --engine-scenes held-out scenes, per table (FP8: min-max and entropy).
 #include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
 
@@ -72,6 +73,7 @@
 #include "evaluate.hpp"
 #include "graph.hpp"
 #include "int8_conv.hpp"
+#include "fp8_conv_gpu.hpp"
 #include "int8_conv_gpu.hpp"
 #include "kernel_library.hpp"
 #include "launch.hpp"
@@ -460,6 +462,80 @@ std::pair<double, double> time_layer(const lesson12::FusedOp& op, int batch, con
     }
   }
 
+  // ---- FP8 E4M3 (compute capability 8.9+): the same layer with E4M3 codes (activations drawn
+  // from [-1, 2] at scale 2 / 448, the layer's weights per output channel), FP8 output; the
+  // result compared with conv_fp8_reference first (batch 1), every tile timed.
+  int dev = 0, cc_major = 0, cc_minor = 0;
+  CUDA_CHECK(cudaGetDevice(&dev));
+  CUDA_CHECK(cudaDeviceGetAttribute(&cc_major, cudaDevAttrComputeCapabilityMajor, dev));
+  CUDA_CHECK(cudaDeviceGetAttribute(&cc_minor, cudaDevAttrComputeCapabilityMinor, dev));
+  if (cc_major * 10 + cc_minor >= 89) {
+    const Fp8Weights wf = quantize_fp8_e4m3_weights(op.weight, N);
+    std::uniform_real_distribution<float> uf(-1.0f, 2.0f);
+    const float fx_scale = fp8_e4m3_scale(2.0);
+    std::vector<std::uint8_t> xf(in_elems), rf(out_elems);
+    for (std::uint8_t& v : xf) v = quantize_fp8_e4m3(uf(rng), fx_scale);
+    for (std::uint8_t& v : rf) v = quantize_fp8_e4m3(uf(rng), fx_scale);
+    course::DeviceBuffer<std::uint8_t> dxf = course::to_device(xf), dwf = course::to_device(wf.q);
+    course::DeviceBuffer<std::uint8_t> drf = course::to_device(rf), dyf(out_elems);
+    course::DeviceBuffer<float> dwsf = course::to_device(wf.scale);
+    Fp8ConvArgs f{};
+    f.x = dxf.data();
+    f.w = dwf.data();
+    f.bias = dbias.data();
+    f.res = op.has_residual ? drf.data() : nullptr;
+    f.y = dyf.data();
+    f.x_stride = C;
+    f.res_stride = N;
+    f.y_stride = N;
+    f.batch = batch;
+    f.in_h = in_h;
+    f.in_w = in_w;
+    f.in_c = C;
+    f.out_h = out_h;
+    f.out_w = out_w;
+    f.out_c = N;
+    f.kernel = kk;
+    f.stride = op.stride;
+    f.pad = op.pad;
+    f.act = static_cast<int>(op.act);
+    f.x_scale = fx_scale;
+    f.w_scale = dwsf.data();
+    f.res_scale = fx_scale;
+    f.y_scale = fp8_e4m3_scale(6.0);
+    f.y_type = Fp8ConvOutput::fp8;
+    if (batch == 1) {
+      conv_fp8_gpu(f, s);
+      CUDA_CHECK(cudaStreamSynchronize(s));
+      const std::vector<std::uint8_t> got = course::to_host(dyf);
+      std::vector<std::uint8_t> want(out_elems);
+      Fp8ConvArgs h = f;
+      h.x = xf.data();
+      h.w = wf.q.data();
+      h.bias = op.bias.data();
+      h.res = op.has_residual ? rf.data() : nullptr;
+      h.y = want.data();
+      h.w_scale = wf.scale.data();
+      conv_fp8_reference(h);
+      std::size_t diff = 0, far = 0;
+      for (std::size_t i = 0; i < out_elems; ++i) {
+        diff += got[i] != want[i];
+        // E4M3 codes of one sign are ordered like their values: one step = a code apart.
+        far += got[i] != want[i] && ((got[i] ^ want[i]) & 0x80u || std::abs(got[i] - want[i]) > 1);
+      }
+      std::printf(
+          "   FP8 kernel vs conv_fp8_reference: %zu of %zu outputs differ (the tensor core's "
+          "accumulation), %zu by more than one E4M3 step\n",
+          diff, out_elems, far);
+    }
+    for (int t = 0; t < static_cast<int>(tiles.size()); ++t) {
+      const double ms = course::measure(
+                            s, o.reps, [&] { conv_fp8_gpu(f, s, t); }, course::L2::warm, false)
+                            .gpu_ms;
+      int8_rows.push_back({std::string("FP8 E4M3 ") + tiles[t].name, ms * 1e3});
+    }
+  }
+
   // ---- FP16: lesson 12's kernels on the same layer (random FP16 activations).
   std::vector<__half> x16(in_elems), w16(op.weight.size()), r16(out_elems);
   std::uniform_real_distribution<float> u(-1.0f, 2.0f);
@@ -676,6 +752,19 @@ void engine_table(const lesson12::WeightsFile& w, const Options& o,
   qc.keep = first_and_head_ops(g);
   QuantizedEngine q8f(g, entropy640, id, qc);
   std::printf("   %s\n   %s\n", q8.describe().c_str(), q8f.describe().c_str());
+  // The FP8 E4M3 engine (every op FP8, min-max table: max scaling is FP8's usual recipe,
+  // fake_quant.hpp) needs compute capability 8.9 for its tensor-core convolution.
+  const bool fp8 = dev.cc_major * 10 + dev.cc_minor >= 89;
+  std::unique_ptr<QuantizedEngine> q8e;
+  if (fp8) {
+    QuantizedEngineConfig ec;
+    ec.precision = QuantPrecision::fp8_e4m3;
+    ec.max_batch = kEngineMaxBatch;
+    q8e = std::make_unique<QuantizedEngine>(g, minmax640, id, ec);
+    std::printf("   %s\n", q8e->describe().c_str());
+  } else {
+    std::printf("   FP8 E4M3 engine: needs compute capability 8.9 or newer; left out\n");
+  }
 
   // ---- speed: every engine on one stream (lesson 12's without auxiliary streams), no graph.
   std::printf(
@@ -709,6 +798,8 @@ void engine_table(const lesson12::WeightsFile& w, const Options& o,
     const double t8 = time_us(s, o.reps, [&] { q8.enqueue(x.data(), batch, y.data(), s); });
     const double t8f = time_us(s, o.reps, [&] { q8f.enqueue(x.data(), batch, y.data(), s); });
     const double t8x = time_us(s, o.reps, [&] { q8x.enqueue(x.data(), batch, y.data(), s); });
+    const double t8e =
+        q8e ? time_us(s, o.reps, [&] { q8e->enqueue(x.data(), batch, y.data(), s); }) : 0.0;
     const auto row = [&](const std::string& what, double us) {
       std::printf("   %-44s %7d %12.1f %12.2f %8.2fx\n", what.c_str(), batch, us, us / batch,
                   t16 / us);
@@ -716,6 +807,7 @@ void engine_table(const lesson12::WeightsFile& w, const Options& o,
     row("FP16 (lesson 12)", t16);
     row("INT8, every op", t8);
     row("INT8, every op, fast epilogue", t8x);
+    if (q8e) row("FP8 E4M3, every op (min-max table)", t8e);
     row("INT8, " + std::to_string(qc.keep.size()) + " ops FP16 (" +
             std::to_string(q8f.reformat_launches()) + " reformats)",
         t8f);
@@ -809,6 +901,16 @@ void engine_table(const lesson12::WeightsFile& w, const Options& o,
   int8_row("INT8 entropy" + at640 + ", first layer, head FP16", entropy640, fh,
            Int8Epilogue::exact);
   int8_row("INT8 min-max" + at640 + ", first layer, head FP16", minmax640, fh, Int8Epilogue::exact);
+  if (fp8) {
+    const auto fp8_row = [&](const std::string& what, const CalibrationTable& t) {
+      QuantizedEngineConfig c;
+      c.precision = QuantPrecision::fp8_e4m3;
+      QuantizedEngine q(g, t, id, c);
+      return print(what, detect_scenes(int8_fn(q), scenes, g.num_classes));
+    };
+    fp8_row("FP8 E4M3 min-max" + at640, minmax640);
+    fp8_row("FP8 E4M3 entropy" + at640, entropy640);
+  }
   std::printf("\n");
   course::add_headline("INT8 engine %dx%d batch 1: %.1f us vs FP16 %.1f us; mAP@0.5:0.95 %.4f", S,
                        S, int8_us_1, fp16_us_1, a8.map50_95);

@@ -1,5 +1,5 @@
-// Lesson 13: the INT8 engine (quantized_engine.hpp): the plan of launches and its enqueue.
-// Host code; the engine's own kernels are in quantized_engine.cu.
+// Lesson 13: the INT8 (and FP8) engine (quantized_engine.hpp): the plan of launches and its
+// enqueue. Host code; the engine's own kernels are in quantized_engine.cu.
 #include "quantized_engine.hpp"
 
 #include <cuda_fp16.h>
@@ -14,6 +14,8 @@
 #include "common/cuda_check.hpp"
 #include "common/memory.hpp"
 #include "common/stream.hpp"
+#include "fp8_conv.hpp"
+#include "fp8_conv_gpu.hpp"
 #include "int8_conv_gpu.hpp"
 #include "kernel_library.hpp"  // lesson 12
 #include "launch.hpp"          // lesson 12: launch_conv_kernel
@@ -37,12 +39,22 @@ const char* to_string(BufferStorage s) {
       return "fp16";
     case BufferStorage::f32:
       return "fp32";
+    case BufferStorage::fp8_e4m3:
+      return "fp8";
   }
   return "?";
 }
 
 std::size_t storage_bytes(BufferStorage s) {
-  return s == BufferStorage::int8 ? 1 : (s == BufferStorage::f16 ? 2 : 4);
+  switch (s) {
+    case BufferStorage::int8:
+    case BufferStorage::fp8_e4m3:
+      return 1;
+    case BufferStorage::f16:
+      return 2;
+    default:
+      return 4;
+  }
 }
 
 namespace {
@@ -55,6 +67,17 @@ std::size_t align256(std::size_t x) {
 
 bool positive_normal(float s) {
   return std::isnormal(s) && s > 0;
+}
+
+bool quantized(BufferStorage s) {
+  return s == BufferStorage::int8 || s == BufferStorage::fp8_e4m3;
+}
+
+// The FP8 scale of a tensor whose table scale is s8: the table's amax = 127 s8 (exact in
+// double), over 448, rounded to float. FakeQuantGraph's constructor (fake_quant.cpp) computes it
+// in a local lambda; this is the same expression, so that the two agree bit for bit.
+float fp8_scale_from_table(float s8) {
+  return static_cast<float>(static_cast<double>(s8) * kInt8Max / kFp8E4M3Max);
 }
 
 BufferStorage storage_of(DType t) {
@@ -73,6 +96,17 @@ Int8ConvOutput conv_output_of(BufferStorage s) {
       return Int8ConvOutput::f16;
     default:
       return Int8ConvOutput::f32;
+  }
+}
+
+Fp8ConvOutput fp8_output_of(BufferStorage s) {
+  switch (s) {
+    case BufferStorage::fp8_e4m3:
+      return Fp8ConvOutput::fp8;
+    case BufferStorage::f16:
+      return Fp8ConvOutput::f16;
+    default:
+      return Fp8ConvOutput::f32;
   }
 }
 
@@ -99,7 +133,17 @@ void quantize_weights(const FusedOp& op, WeightScales ws, std::vector<std::int8_
   scale.assign(static_cast<std::size_t>(op.out_channels), s);
 }
 
-enum class StepKind { quantize_input, reformat, int8_conv, int8_pool, fp_conv, fp_pool, detect };
+enum class StepKind {
+  quantize_input,
+  reformat,
+  int8_conv,
+  int8_pool,
+  fp8_conv,
+  fp8_pool,
+  fp_conv,
+  fp_pool,
+  detect
+};
 
 // One launch of enqueue, its arguments resolved at construction for max_batch; enqueue patches
 // the batch and the bound tensors.
@@ -112,6 +156,8 @@ struct Step {
   long long pixels_per_image = 0;  // reformat: pixels = batch * this
   Int8ConvArgs int8_conv{};
   detail::Int8PoolArgs int8_pool{};
+  Fp8ConvArgs fp8_conv{};
+  detail::Fp8PoolArgs fp8_pool{};
   lesson12::ConvArgs conv{};
   bool reads_images = false;                   // fp_conv: x = the network input
   std::vector<const ConvKernelInfo*> kernels;  // fp_conv: the lesson 12 kernels that can run it
@@ -131,9 +177,11 @@ struct OpPlan {
 struct QuantizedEngine::Impl {
   EngineGraph graph;
   QuantizedEngineConfig config;
-  std::vector<bool> int8;              // per op
-  std::vector<BufferStorage> storage;  // per buffer
-  std::vector<float> scale;            // per buffer: the table's (0 where unused)
+  bool fp8 = false;                           // config.precision == fp8_e4m3
+  BufferStorage qtype = BufferStorage::int8;  // the storage of quantised buffers
+  std::vector<bool> int8;                     // per op: quantised (INT8 or FP8)
+  std::vector<BufferStorage> storage;         // per buffer
+  std::vector<float> scale;  // per buffer: the table's, or its FP8 scale (0 where unused)
   float images_scale = 0;
   bool quantize_input = false;
   std::vector<OpPlan> plans;
@@ -165,6 +213,14 @@ struct QuantizedEngine::Impl {
 void QuantizedEngine::Impl::validate_and_decide(const CalibrationTable& table,
                                                 const std::string& network) {
   const QuantizedEngineConfig& c = config;
+  if (c.precision != QuantPrecision::int8 && c.precision != QuantPrecision::fp8_e4m3) {
+    throw std::invalid_argument("QuantizedEngine: unknown precision " +
+                                std::to_string(static_cast<int>(c.precision)) +
+                                ": expected QuantPrecision::int8 or fp8_e4m3");
+  }
+  fp8 = c.precision == QuantPrecision::fp8_e4m3;
+  qtype = fp8 ? BufferStorage::fp8_e4m3 : BufferStorage::int8;
+  const std::string qname = to_string(c.precision);  // "INT8", "FP8 E4M3"
   if (c.max_batch < 1 || c.max_batch > QuantizedEngineConfig::kMaxBatch) {
     throw std::invalid_argument("QuantizedEngine: expected max_batch in [1, " +
                                 std::to_string(QuantizedEngineConfig::kMaxBatch) + "], got " +
@@ -259,7 +315,7 @@ void QuantizedEngine::Impl::validate_and_decide(const CalibrationTable& table,
         if (graph.input_c > kPaddedInputChannels) {
           throw std::invalid_argument(
               "QuantizedEngine: op '" + op.name + "' reads a network input of " +
-              std::to_string(graph.input_c) + " channels in INT8; at most " +
+              std::to_string(graph.input_c) + " channels in " + qname + "; at most " +
               std::to_string(kPaddedInputChannels) + " (keep it in the fallback list)");
         }
         input_read_int8 = true;
@@ -269,35 +325,44 @@ void QuantizedEngine::Impl::validate_and_decide(const CalibrationTable& table,
       throw std::invalid_argument(
           "QuantizedEngine: op '" + op.name + "' has " + std::to_string(op.in_channels) +
           " input channels, not a multiple of " + std::to_string(kInt8ConvChannelMultiple) +
-          " (the INT8 tensor-core kernel's requirement): keep it in the fallback list");
+          " (the " + qname + " tensor-core kernel's requirement): keep it in the fallback list");
     }
   }
 
   // Storage: decided by the readers (quantized_engine.hpp).
   const BufferStorage fb = storage_of(c.fallback);
-  storage.assign(n_buf, BufferStorage::int8);
+  storage.assign(n_buf, qtype);
   scale.assign(n_buf, 0.0f);
   for (std::size_t b = 0; b < n_buf; ++b) {
     if (by_detect[b]) {
       storage[b] = BufferStorage::f32;
     } else if (by_int8[b]) {
-      storage[b] = BufferStorage::int8;
+      storage[b] = qtype;
     } else if (by_fp[b]) {
       storage[b] = fb;
     } else {
-      storage[b] = by_int8_producer[b] ? BufferStorage::int8 : fb;  // read by nobody
+      storage[b] = by_int8_producer[b] ? qtype : fb;  // read by nobody
     }
   }
+  // The scale of a tensor's codes: the table's (INT8), or the FP8 scale derived from it, with
+  // FakeQuantGraph's checks and messages.
   const auto table_scale = [&](const std::string& name) {
     const float s = table.scale(name);
     if (!positive_normal(s)) {
       throw std::invalid_argument("QuantizedEngine: the scale of tensor '" + name + "' is " +
                                   std::to_string(s) + ", expected a positive normal float");
     }
-    return s;
+    if (!fp8) return s;
+    const float s_fp8 = fp8_scale_from_table(s);
+    if (!positive_normal(s_fp8)) {
+      throw std::invalid_argument("QuantizedEngine: the scale of tensor '" + name + "' (" +
+                                  std::to_string(s) +
+                                  ") gives an FP8 scale that is not a positive normal float");
+    }
+    return s_fp8;
   };
   for (std::size_t b = 0; b < n_buf; ++b) {
-    if (storage[b] == BufferStorage::int8 || by_int8[b]) {
+    if (quantized(storage[b]) || by_int8[b]) {
       scale[b] = table_scale(graph.buffers[b].name);
     }
   }
@@ -311,12 +376,13 @@ void QuantizedEngine::Impl::validate_and_decide(const CalibrationTable& table,
     const FusedOp& op = graph.ops[i];
     if (op.kind == OpKind::detect) continue;  // its buffers are f32: read directly
     OpPlan& p = plans[i];
-    const BufferStorage want = int8[i] ? BufferStorage::int8 : fb;
+    const BufferStorage want = int8[i] ? qtype : fb;
     const std::size_t es = storage_bytes(want);
     if (op.input.buffer != View::kNetworkInput) {
       const std::size_t xb = static_cast<std::size_t>(op.input.buffer);
       const int stride = graph.buffers[xb].channels;
-      // The INT8 kernel moves 16 channels per 16-byte copy: the view must start and step on 16.
+      // The INT8 / FP8 kernel moves 16 channels per 16-byte copy: the view must start and step
+      // on 16.
       const bool aligned = !(int8[i] && op.kind == OpKind::conv) ||
                            (stride % kInt8ConvChannelMultiple == 0 &&
                             op.input.channel_offset % kInt8ConvChannelMultiple == 0);
@@ -367,16 +433,11 @@ void QuantizedEngine::Impl::build_steps(const std::vector<std::size_t>& w_off,
   if (quantize_input) {
     Step s;
     s.kind = StepKind::quantize_input;
-    s.label = std::string("quantize ") + kInputTensorName + " (float NCHW -> int8 NHWC, " +
-              std::to_string(kPaddedInputChannels) + " channels)";
-    s.quantize_input = {nullptr,
-                        reinterpret_cast<std::int8_t*>(arena.data() + images_q_offset),
-                        mb,
-                        graph.input_c,
-                        graph.input_h,
-                        graph.input_w,
-                        kPaddedInputChannels,
-                        images_scale};
+    s.label = std::string("quantize ") + kInputTensorName + " (float NCHW -> " + to_string(qtype) +
+              " NHWC, " + std::to_string(kPaddedInputChannels) + " channels)";
+    s.quantize_input = {
+        nullptr,       arena.data() + images_q_offset, mb,           graph.input_c, graph.input_h,
+        graph.input_w, kPaddedInputChannels,           images_scale, qtype};
     steps.push_back(std::move(s));
   }
   // A reformat of `channels` channels of h x w pixels per image between two views.
@@ -396,8 +457,8 @@ void QuantizedEngine::Impl::build_steps(const std::vector<std::size_t>& w_off,
                   channels,
                   xt,
                   yt,
-                  xt == BufferStorage::int8 ? xs : 1.0f,
-                  yt == BufferStorage::int8 ? ys : 1.0f};
+                  quantized(xt) ? xs : 1.0f,
+                  quantized(yt) ? ys : 1.0f};
     steps.push_back(std::move(s));
     ++reformats;
   };
@@ -432,7 +493,7 @@ void QuantizedEngine::Impl::build_steps(const std::vector<std::size_t>& w_off,
     }
     const std::size_t xb = static_cast<std::size_t>(op.input.buffer);  // unless network input
     const std::size_t yb = static_cast<std::size_t>(op.output.buffer);
-    const BufferStorage want = int8[i] ? BufferStorage::int8 : fb;
+    const BufferStorage want = int8[i] ? qtype : fb;
     const int out_c = op.output.channels;
     // The input view as the op reads it: the buffer's view, or the scratch it was reformatted
     // into (dense: stride = its channels).
@@ -474,7 +535,59 @@ void QuantizedEngine::Impl::build_steps(const std::vector<std::size_t>& w_off,
 
     Step s;
     s.op = oi;
-    if (int8[i] && op.kind == OpKind::conv) {
+    if (fp8 && int8[i] && op.kind == OpKind::conv) {
+      s.kind = StepKind::fp8_conv;
+      s.label = "fp8 conv " + op.name + " -> " + to_string(storage[yb]);
+      Fp8ConvArgs& a = s.fp8_conv;
+      lesson12::set_conv_geometry(op, mb, a);
+      if (op.input.buffer == View::kNetworkInput) {
+        a.x = arena.data() + images_q_offset;
+        a.x_stride = kPaddedInputChannels;
+        a.in_c = kPaddedInputChannels;  // model.0's weights are padded alike
+        a.x_scale = images_scale;
+      } else {
+        a.x = static_cast<const std::uint8_t*>(x);
+        a.x_stride = x_stride;
+        a.x_scale = scale[xb];
+      }
+      a.w = weights_at(w_off[i]);
+      a.w_scale = reinterpret_cast<const float*>(weights_at(ws_off[i]));
+      a.bias = reinterpret_cast<const float*>(weights_at(b_off[i]));
+      a.res = static_cast<const std::uint8_t*>(res);
+      a.res_stride = res_stride;
+      a.res_scale = op.has_residual ? res_scale : 0.0f;
+      a.y = y;
+      a.y_stride = y_stride;
+      a.y_type = fp8_output_of(storage[yb]);
+      a.y_scale = storage[yb] == BufferStorage::fp8_e4m3 ? scale[yb] : 1.0f;
+      try {
+        check_fp8_conv_gpu_args(a);  // what conv_fp8_gpu would refuse, now
+      } catch (const std::invalid_argument& e) {
+        throw std::invalid_argument("QuantizedEngine: op '" + op.name + "': " + e.what());
+      }
+    } else if (fp8 && int8[i]) {  // max pool, upsample, copy on E4M3 codes
+      s.kind = StepKind::fp8_pool;
+      s.label = std::string("fp8 ") + lesson12::to_string(op.kind) + " " + op.name + " -> " +
+                to_string(storage[yb]);
+      detail::Fp8PoolArgs& a = s.fp8_pool;
+      a.x = static_cast<const std::uint8_t*>(x);
+      a.y = y;
+      a.x_stride = x_stride;
+      a.y_stride = y_stride;
+      a.batch = mb;
+      a.in_h = op.input.h;
+      a.in_w = op.input.w;
+      a.channels = out_c;
+      a.out_h = op.output.h;
+      a.out_w = op.output.w;
+      a.kernel = op.kind == OpKind::max_pool ? op.kernel : 1;
+      a.stride = op.kind == OpKind::max_pool ? op.stride : 1;
+      a.pad = op.kind == OpKind::max_pool ? op.pad : 0;
+      a.upsample = op.kind == OpKind::upsample ? 1 : 0;
+      a.x_scale = scale[xb];
+      a.y_type = storage[yb];
+      a.y_scale = storage[yb] == BufferStorage::fp8_e4m3 ? scale[yb] : 1.0f;
+    } else if (int8[i] && op.kind == OpKind::conv) {
       s.kind = StepKind::int8_conv;
       s.label = "int8 conv " + op.name + " -> " + to_string(storage[yb]);
       Int8ConvArgs& a = s.int8_conv;
@@ -610,7 +723,24 @@ QuantizedEngine::QuantizedEngine(EngineGraph graph, const CalibrationTable& tabl
   for (std::size_t i = 0; i < n_ops; ++i) {
     const FusedOp& op = m.graph.ops[i];
     if (op.kind != OpKind::conv) continue;
-    if (m.int8[i]) {
+    if (m.int8[i] && m.fp8) {
+      // As FakeQuantGraph's FP8 mode: quantize_fp8_e4m3_weights, per channel or per tensor.
+      Fp8Weights fw = quantize_fp8_e4m3_weights(op.weight, op.out_channels,
+                                                m.config.weights == WeightScales::per_channel);
+      if (op.input.buffer == View::kNetworkInput) {
+        // [out][k][k][in_c] -> [out][k][k][16]: code 0x00 (+0) for the input's zero channels.
+        const std::size_t taps = static_cast<std::size_t>(op.out_channels) * op.kernel * op.kernel;
+        std::vector<std::uint8_t> padded(taps * kPaddedInputChannels, 0);
+        for (std::size_t t = 0; t < taps; ++t) {
+          for (int c = 0; c < op.in_channels; ++c) {
+            padded[t * kPaddedInputChannels + c] = fw.q[t * op.in_channels + c];
+          }
+        }
+        fw.q = std::move(padded);
+      }
+      w_off[i] = append(fw.q.data(), fw.q.size());
+      ws_off[i] = append(fw.scale.data(), fw.scale.size() * sizeof(float));
+    } else if (m.int8[i]) {
       std::vector<std::int8_t> q;
       std::vector<float> ws;
       quantize_weights(op, m.config.weights, q, ws);
@@ -635,17 +765,20 @@ QuantizedEngine::QuantizedEngine(EngineGraph graph, const CalibrationTable& tabl
   }
   m.weight_bytes = staging.size();
 
-  // The device: the INT8 kernel needs compute capability 8.0.
+  // The device: the INT8 kernel needs compute capability 8.0, the FP8 one 8.9 (mma.sync with
+  // E4M3 operands); refused here, before any allocation or launch.
   int dev = 0, major = 0, minor = 0;
   CUDA_CHECK(cudaGetDevice(&dev));
   CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
   CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
   CUDA_CHECK(cudaDeviceGetAttribute(&m.sm_count, cudaDevAttrMultiProcessorCount, dev));
   m.sm = major * 10 + minor;
-  if (int8_ops() > 0 && major < 8) {
-    throw std::invalid_argument("QuantizedEngine: this GPU has compute capability " +
-                                std::to_string(major) + "." + std::to_string(minor) +
-                                "; the INT8 convolution needs 8.0 or newer");
+  const int needed = m.fp8 ? 89 : 80;
+  if (int8_ops() > 0 && m.sm < needed) {
+    throw std::invalid_argument(
+        "QuantizedEngine: this GPU has compute capability " + std::to_string(major) + "." +
+        std::to_string(minor) + "; the " + to_string(m.config.precision) + " convolution needs " +
+        std::to_string(needed / 10) + "." + std::to_string(needed % 10) + " or newer");
   }
   CUDA_CHECK(cudaFree(nullptr));  // the primary context, before the Driver API loads code
   m.lib = std::make_unique<lesson12::KernelLibrary>(lesson12::built_kernel_image());
@@ -730,6 +863,18 @@ void QuantizedEngine::enqueue_steps(
           detail::launch_int8_pool(a, stream);
           break;
         }
+        case StepKind::fp8_conv: {
+          Fp8ConvArgs a = s.fp8_conv;
+          a.batch = batch;
+          conv_fp8_gpu(a, stream, fp8_conv_auto_tile(a, m.sm_count));
+          break;
+        }
+        case StepKind::fp8_pool: {
+          detail::Fp8PoolArgs a = s.fp8_pool;
+          a.batch = batch;
+          detail::launch_fp8_pool(a, stream);
+          break;
+        }
         case StepKind::fp_conv: {
           lesson12::ConvArgs a = s.conv;
           a.batch = batch;
@@ -808,6 +953,12 @@ BufferContents QuantizedEngine::read_buffer(int index, int batch) const {
       std::memcpy(out.codes.data(), raw.data(), n);
       for (std::size_t i = 0; i < n; ++i) out.values[i] = dequantize_int8(out.codes[i], out.scale);
       break;
+    case BufferStorage::fp8_e4m3:
+      out.scale = m.scale[b];
+      out.e4m3 = std::move(raw);
+      for (std::size_t i = 0; i < n; ++i)
+        out.values[i] = dequantize_fp8_e4m3(out.e4m3[i], out.scale);
+      break;
     case BufferStorage::f16:
       for (std::size_t i = 0; i < n; ++i) {
         __half h;
@@ -827,6 +978,9 @@ const EngineGraph& QuantizedEngine::graph() const {
 }
 int QuantizedEngine::max_batch() const {
   return impl_->config.max_batch;
+}
+QuantPrecision QuantizedEngine::precision() const {
+  return impl_->config.precision;
 }
 bool QuantizedEngine::is_int8(int op) const {
   return impl_->int8.at(static_cast<std::size_t>(op));
@@ -869,14 +1023,15 @@ std::string QuantizedEngine::describe() const {
     ++fallback;
     kept += (kept.empty() ? "" : ", ") + m.graph.ops[i].name;
   }
+  const char* q = to_string(m.config.precision);  // "INT8", "FP8 E4M3"
   std::ostringstream s;
-  s << "INT8 engine " << m.graph.input_w << "x" << m.graph.input_h << ", "
-    << to_string(m.config.weights) << " weights: " << int8_ops() << " ops INT8, " << fallback << " "
-    << dtype_name(m.config.fallback) << (kept.empty() ? "" : " (" + kept + ")") << ", detect FP32; "
-    << m.steps.size() << " launches per run, " << m.reformats << " of them reformats"
-    << (m.quantize_input ? " (+1 input quantisation)" : "") << "; activations "
-    << activation_bytes() / (1024 * 1024) << " MiB at batch " << m.config.max_batch << ", weights "
-    << m.weight_bytes / 1024 << " KiB";
+  s << q << " engine " << m.graph.input_w << "x" << m.graph.input_h << ", "
+    << to_string(m.config.weights) << " weights: " << int8_ops() << " ops " << q << ", " << fallback
+    << " " << dtype_name(m.config.fallback) << (kept.empty() ? "" : " (" + kept + ")")
+    << ", detect FP32; " << m.steps.size() << " launches per run, " << m.reformats
+    << " of them reformats" << (m.quantize_input ? " (+1 input quantisation)" : "")
+    << "; activations " << activation_bytes() / (1024 * 1024) << " MiB at batch "
+    << m.config.max_batch << ", weights " << m.weight_bytes / 1024 << " KiB";
   return s.str();
 }
 

@@ -1,6 +1,7 @@
 // Lesson 13: the INT8 engine. Lesson 12's optimised graph run on the GPU with a precision per op:
-// INT8 where the calibration table allows it, lesson 12's FP16 (or FP32) kernels for the ops
-// the caller keeps in higher precision, and the reformats between them.
+// INT8 (or FP8 E4M3, QuantizedEngineConfig::precision) where the calibration table allows it,
+// lesson 12's FP16 (or FP32) kernels for the ops the caller keeps in higher precision, and the
+// reformats between them.
 //
 //   QuantizedEngine   the graph, a calibration table and a fallback list -> weights quantised on
 //                     the host and uploaded, one device buffer per activation buffer, and
@@ -38,6 +39,25 @@
 // FP16 (or FP32 with float sums in another order), and its INT8 readers read the quantised value
 // where FakeQuantGraph's FP32 readers read the float.
 //
+// FP8 E4M3 (precision = QuantPrecision::fp8_e4m3; compute capability 8.9 or newer): the same
+// plan with E4M3 codes in place of INT8 codes, as FakeQuantGraph's FP8 mode runs it. Every
+// "int8" buffer above is an fp8_e4m3 buffer (one byte per element, so the memory layout is the
+// same): codes c, the value e4m3(c) * s with s = float(127 s8 / 448), computed in double from the
+// table's INT8 scale s8 (the table's amax 127 s8 mapped to E4M3's 448: FakeQuantGraph's rule,
+// reproduced here expression for expression, since fake_quant.cpp keeps it in a local lambda).
+// Weights are quantize_fp8_e4m3_weights' (per channel or per tensor, max |w| / 448). The
+// convolutions are conv_fp8_gpu's (fp8_conv_gpu.hpp: E4M3 codes at the consumer's scale, float
+// for the detect inputs, half or float for a fallback reader); the input is quantised into 16
+// channels of E4M3 codes (the padding is code 0x00, +0, with zero weight codes); max pool /
+// upsample / copy decode the codes to floats (fl(e4m3(c) * s)), take the maximum in
+// FakeQuantGraph's order and store the winning code, or requantise the float when the output
+// buffer's scale differs, exactly what FakeQuantGraph's next FP8 reader computes from its stored
+// float. The reformats convert E4M3 <-> FP16 / FP32 at fallback boundaries. Not equal to
+// FakeQuantGraph, but close: the tensor core's FP8 accumulation rounds (fp8_conv_gpu.hpp), so a
+// convolution's output lands on the oracle's code or, near a rounding boundary, on a neighbour,
+// and those differences propagate. Config::epilogue is an INT8 option and is ignored in FP8 (the
+// FP8 kernel has one epilogue, in float).
+//
 // Memory: every buffer has its own device memory (no reuse across the network, as lesson 12's
 // keep_all_buffers), so that every buffer can be read after a run (read_buffer);
 // activation_bytes() says how much that is.
@@ -53,35 +73,41 @@
 
 #include "calibration_table.hpp"
 #include "engine_kernels.cuh"  // lesson 12: DType
-#include "fake_quant.hpp"      // WeightScales
+#include "fake_quant.hpp"      // WeightScales, QuantPrecision
 #include "graph.hpp"
 #include "int8_conv_gpu.hpp"  // Int8Epilogue
 
 namespace lesson13 {
 
-enum class BufferStorage { int8 = 0, f16 = 1, f32 = 2 };
-const char* to_string(BufferStorage s);
-std::size_t storage_bytes(BufferStorage s);  // 1, 2, 4
+// fp8_e4m3: E4M3 codes (quantize.hpp), the storage of an FP8 engine's quantised buffers.
+enum class BufferStorage { int8 = 0, f16 = 1, f32 = 2, fp8_e4m3 = 3 };
+const char* to_string(BufferStorage s);      // "int8", "fp16", "fp32", "fp8"
+std::size_t storage_bytes(BufferStorage s);  // 1, 2, 4, 1
 
 struct QuantizedEngineConfig {
+  // The number format of the quantised ops: INT8 (conv_int8_gpu) or FP8 E4M3 (conv_fp8_gpu,
+  // compute capability 8.9 or newer). "INT8" in the rest of this header then reads "FP8".
+  QuantPrecision precision = QuantPrecision::int8;
   WeightScales weights = WeightScales::per_channel;
   // The fallback list: ops (FusedOp::name) that run in `fallback` precision on lesson 12's
-  // kernels instead of INT8. The detect op always runs in float and may not be named.
+  // kernels instead of INT8 (or FP8). The detect op always runs in float and may not be named.
   std::vector<std::string> keep;
   lesson12::DType fallback = lesson12::DType::f16;
   int max_batch = 1;  // 1 .. kMaxBatch: the device buffers are sized for it
   static constexpr int kMaxBatch = 256;
   // How the INT8 convolutions round their INT8 outputs (int8_conv_gpu.hpp): exact (equal to
   // conv_int8_reference, and so to FakeQuantGraph) or fast (one code off at a rounding boundary,
-  // a few in 10 000 elements).
+  // a few in 10 000 elements). INT8 only: ignored in FP8 (conv_fp8_gpu has one epilogue).
   Int8Epilogue epilogue = Int8Epilogue::exact;
 };
 
 // One buffer copied to the host (read_buffer): `batch` images, NHWC, the buffer's channel count.
 struct BufferContents {
   BufferStorage storage = BufferStorage::int8;
-  float scale = 0;                 // int8 storage: value = code * scale; otherwise 0
+  float scale = 0;                 // int8: value = code * scale; fp8_e4m3: e4m3(code) * scale;
+                                   // otherwise 0
   std::vector<std::int8_t> codes;  // int8 storage: the codes as stored; otherwise empty
+  std::vector<std::uint8_t> e4m3;  // fp8_e4m3 storage: the E4M3 codes as stored; otherwise empty
   std::vector<float> values;       // every storage: the values the buffer represents (code *
                                    // scale as a float product, half -> float, float)
 };
@@ -99,17 +125,20 @@ class QuantizedEngine {
   // be calibrated for `network` (network_id of the caller's model and graph) and hold a scale
   // for "images" and every buffer, and nothing else. Weights are quantised as FakeQuantGraph
   // quantises them (per channel: quantize_int8_per_channel; per tensor: int8_scale(max |w|), 1
-  // for a tensor of zeros), so the two can be compared bit for bit.
+  // for a tensor of zeros; in FP8 quantize_fp8_e4m3_weights), so the two can be compared bit for
+  // bit (INT8) or code for code given equal inputs (FP8, up to the accumulation's rounding).
   // Throws (every check before any CUDA call, so they need no GPU):
-  //   std::invalid_argument: max_batch outside [1, kMaxBatch]; a name in `keep` that is no op of
-  //     the graph, or the detect op; a scale an INT8 op uses that is not a positive normal float
+  //   std::invalid_argument: an unknown precision; max_batch outside [1, kMaxBatch]; a name in
+  //     `keep` that is no op of the graph, or the detect op; a scale an INT8 op uses that is not a
+  //     positive normal float, or in FP8 a table scale s8 whose FP8 scale 127 s8 / 448 is not
   //     (naming the tensor); an INT8 convolution whose input is not the network input and has a
   //     channel count that is not a multiple of 16 (keep it, naming the op); an op that reads the
   //     network input and is not a convolution, or a view of the input that is not all of it
   //   std::runtime_error: the table check above (another network, a missing or extra tensor)
   // then, on the current device: std::invalid_argument for a GPU older than compute capability
-  // 8.0 when an op runs in INT8, for a fallback layer no kernel of lesson 12 can run and for an
-  // INT8 convolution conv_int8_gpu would refuse (naming the op); course::CudaError /
+  // 8.0 (INT8) or 8.9 (FP8) when an op runs quantised, before anything is allocated or launched;
+  // for a fallback layer no kernel of lesson 12 can run and for a quantised convolution
+  // conv_int8_gpu / conv_fp8_gpu would refuse (naming the op); course::CudaError /
   // course::DriverError for CUDA failures.
   QuantizedEngine(lesson12::EngineGraph graph, const CalibrationTable& table,
                   const std::string& network, const QuantizedEngineConfig& config);
@@ -142,17 +171,22 @@ class QuantizedEngine {
 
   const lesson12::EngineGraph& graph() const;
   int max_batch() const;
-  bool is_int8(int op) const;  // false for the fallback ops and detect
+  QuantPrecision precision() const;
+  bool is_int8(int op) const;  // whether op runs quantised (INT8 or FP8): false for the fallback
+                               // ops and detect
   BufferStorage storage(int buffer) const;
-  float scale(int buffer) const;  // the table's scale of the buffer (0 if none is used)
-  int int8_ops() const;
+  // The scale of the buffer's codes (0 if none is used): the table's (INT8), or the FP8 scale
+  // derived from it (FP8, above).
+  float scale(int buffer) const;
+  int int8_ops() const;                  // ops that run quantised
   int reformat_launches() const;         // reformat kernels per enqueue (input quantisation aside)
   bool quantizes_input() const;          // whether enqueue quantises "images" for model.0
   std::size_t activation_bytes() const;  // device memory of buffers and scratch at max batch
   std::size_t weight_bytes() const;
-  // One line per launch of enqueue, in order: "int8 conv model.1 (tile auto)", "reformat ...".
+  // One line per launch of enqueue, in order: "int8 conv model.1 -> int8", "fp8 conv model.1 ->
+  // fp8", "reformat ...".
   std::vector<std::string> launches() const;
-  // One line: ops in INT8 / fallback, reformats, memory.
+  // One line: the precision, ops quantised / fallback, reformats, memory.
   std::string describe() const;
 
   struct Impl;
@@ -174,11 +208,14 @@ namespace detail {
 
 // Network input -> INT8 NHWC: y[n, y, x, c] = quantize_int8(images[n, c, y, x], scale) for c <
 // channels, 0 for channels <= c < padded_channels. images: float NCHW [batch, channels, h, w].
+// y_type fp8_e4m3: E4M3 codes quantize_fp8_e4m3(images[n, c, y, x], scale), code 0x00 (+0) for
+// the padding. y: 16-byte aligned, [batch, h, w, padded_channels] bytes.
 struct QuantizeInputArgs {
   const float* images;
-  std::int8_t* y;
+  void* y;  // std::int8_t (int8) or std::uint8_t E4M3 codes (fp8_e4m3)
   int batch, channels, h, w, padded_channels;
   float scale;
+  BufferStorage y_type = BufferStorage::int8;  // int8 or fp8_e4m3
 };
 void launch_quantize_input(const QuantizeInputArgs& a, cudaStream_t stream);
 
@@ -199,9 +236,29 @@ struct Int8PoolArgs {
 };
 void launch_int8_pool(const Int8PoolArgs& a, cudaStream_t stream);
 
-// Reformat `pixels` pixels of `channels` channels: read as x_type (int8: fl(q * x_scale)),
-// written as y_type (int8: quantize_int8(v, y_scale); half: round to nearest even). int8 -> int8
-// with equal scales copies the codes.
+// The same on E4M3 codes, as FakeQuantGraph's FP8 mode computes it: each input code decoded to
+// fl(e4m3(c) * x_scale) (dequantize_fp8_e4m3), the maximum taken in the order (r, s) row by row
+// with "replace if the best so far is below" (std::max's rule: of equal values, -0 and +0, the
+// first stays; a NaN code never wins; upsample and a copy, a 1x1 pool of stride 1, take their
+// one input as it is). Output
+// as y_type: fp8_e4m3 -> the winning code itself if y_scale == x_scale (a code decoded and
+// quantised again with the same scale is itself: fake_quant.hpp), else quantize_fp8_e4m3(v,
+// y_scale) of the float v; f32 -> v; f16 -> half(v).
+struct Fp8PoolArgs {
+  const std::uint8_t* x;
+  void* y;
+  int x_stride, y_stride;
+  int batch, in_h, in_w, channels, out_h, out_w;
+  int kernel, stride, pad, upsample;
+  float x_scale, y_scale;
+  BufferStorage y_type;
+};
+void launch_fp8_pool(const Fp8PoolArgs& a, cudaStream_t stream);
+
+// Reformat `pixels` pixels of `channels` channels: read as x_type (int8: fl(q * x_scale);
+// fp8_e4m3: fl(e4m3(c) * x_scale)), written as y_type (int8: quantize_int8(v, y_scale);
+// fp8_e4m3: quantize_fp8_e4m3(v, y_scale); half: round to nearest even). int8 -> int8 or
+// fp8_e4m3 -> fp8_e4m3 with equal scales copies the codes.
 struct ReformatArgs {
   const void* x;
   void* y;
