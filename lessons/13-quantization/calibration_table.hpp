@@ -11,7 +11,7 @@
 //   tensors 52                             how many tensor lines follow
 //   # scale = amax / 127: float32 bits in hex, then the same value in decimal
 //   images: 3c010204 0.00787401572         NAME: HEX DECIMAL, one line per tensor
-//   model.0: 3d2f1a0c 0.0427491181
+//   model.0: 3d2f19b3 0.0427491181
 //   ...
 //   end                                    nothing may follow
 //

@@ -64,7 +64,9 @@ int entropy_threshold_bins(const std::vector<std::uint64_t>& histogram, int leve
 //              res_scale unused when has_res is false);
 //   y_scale    the output tensor's scale;
 //   fallbacks  a device counter, or null (see below).
-// Returns the element's INT8 code, which must EQUAL conv_int8_reference's (int8_conv.hpp): with
+// Returns the element's INT8 code, which must EQUAL conv_int8_reference's (int8_conv.hpp; the
+// one exception the tests allow, and count, is CUDA's double exp differing from the host's in
+// the last bit, int8_conv_gpu.hpp explains it): with
 // every operation in double, each rounded once, in this order and with no fused multiply-add,
 //   v = double(acc) * (double(x_scale) * double(w_scale)) + double(bias)
 //   v = v / (1 + exp(-v))                                  (if act == 1)
@@ -76,7 +78,8 @@ int entropy_threshold_bins(const std::vector<std::uint64_t>& histogram, int leve
 // Computing everything in double is correct and is all the tests require. A faster version may
 // compute in float first and recompute in double only the elements whose rounding the float
 // value cannot decide; it then adds 1 to *fallbacks (atomically, when fallbacks is not null)
-// for each element recomputed so, and must send every exact tie (k + 1/2) there.
+// for each element recomputed so, and must send every exact tie (k + 1/2) there. The tests
+// accept fallbacks on fewer than 1 % of the INT8 outputs (a looser bound is not a fast path).
 // Tests: "exercise 3: ..." in test_int8_gpu.cpp ([gpu][ex3]), which compare whole convolutions
 // with conv_int8_reference; and every other INT8-output test of conv_int8_gpu.
 __device__ __forceinline__ std::int8_t int8_epilogue(int acc, float x_scale, float w_scale,

@@ -24,10 +24,12 @@
 #include "ptx_wrappers.cuh"  // lesson 12: cp.async, ldmatrix
 #include "quantize.hpp"      // the __host__ __device__ FP8 conversions
 
-// The certified epilogue's error bound (below) takes expf's documented accuracy (2 ulp); fast-math
-// builds replace it with __expf, whose error grows with |x|.
+// The certified INT8 epilogue's bound (solutions.cuh) is derived for IEEE float arithmetic with
+// denormals and for the intrinsics it names; the FP8 epilogue and the double fallback use expf and
+// exp as documented. Fast-math builds flush denormals and swap expf and the divisions for
+// approximations those derivations do not cover.
 #ifdef __USE_FAST_MATH__
-#error "int8_conv_gpu.cu: build without --use_fast_math (the INT8 epilogue's bound needs expf)"
+#error "int8_conv_gpu.cu: build without --use_fast_math (the epilogues' error bounds assume IEEE)"
 #endif
 
 namespace lesson13 {
@@ -60,7 +62,8 @@ __device__ __forceinline__ int8_t int8_epilogue_fast(int acc, float xw_scale, fl
   const float y = act == 1 ? __fdividef(z, __fadd_rn(1.0f, __expf(-z))) : z;
   const float rt = has_res ? __fmul_rn(res_scale, static_cast<float>(res)) : 0.0f;
   const float t = __fmul_rn(__fadd_rn(y, rt), r);
-  // rintf then a clamp: NaN (v not finite) compares false both ways and converts to 0.
+  // rintf then a clamp. A NaN t (not reached from finite operands) would give -127 here, fmaxf
+  // returning its other operand, where the certified path gives 0.
   const float k = fminf(fmaxf(rintf(t), -127.0f), 127.0f);
   return static_cast<int8_t>(__float2int_rz(k));
 }

@@ -23,27 +23,27 @@
 // int32 accumulators are exact (int8_conv.hpp: K <= kInt8ConvMaxK).
 //
 // The epilogue is exact, not close. For INT8 output each element is first computed in float
-// (p = acc * fl(x_scale * w_scale[k]), + bias, SiLU with expf, + res_scale * res, / y_scale) with
-// an error bound derived in int8_conv_gpu.cu; if the float quotient is farther than that bound
-// from every rounding boundary of the INT8 grid (k + 1/2, and the saturation at 126.5), its
-// rounding is the reference's rounding, certified. Otherwise (a small fraction of the elements,
-// which the fallback counter below measures, and every exact tie) the element is recomputed in
-// double, operation for operation as conv_int8_reference does (the same roundings, no FMA
-// contraction), then rounded to float and quantised as there. Float and FP16 outputs always take
-// the double path (a float estimate cannot certify a float's own rounding; FP16's 11 bits could
-// be certified the way INT8's are, which is not done). What "exact" rests on in the double path:
-// CUDA's exp (double, maximum error 1 ulp; CUDA Math API) and the host's std::exp may differ in
-// the last bit of a double. That changes float(v) only when v lies within a few double ulps of a
-// float rounding boundary (about 2^-28 of the elements with SiLU, none without), and an INT8 code
-// only if that one-ulp change of the float also crosses a rounding boundary of the y_scale grid.
-// The tests allow exactly that, and count it.
+// (p = acc * fl(x_scale * w_scale[k]), + bias, SiLU with __expf and __fdividef, + res_scale * res,
+// times fl(1 / y_scale)) with an error bound derived in solutions.cuh (exercise 3); if the float
+// quotient is farther than that bound from every rounding boundary of the INT8 grid (k + 1/2, and
+// the saturation at 126.5), its rounding is the reference's rounding, certified. Otherwise (a small
+// fraction of the elements, which the fallback counter below measures, and every exact tie) the
+// element is recomputed in double, operation for operation as conv_int8_reference does (the same
+// roundings, no FMA contraction), then rounded to float and quantised as there. Float and FP16
+// outputs always take the double path (a float estimate cannot certify a float's own rounding;
+// FP16's 11 bits could be certified the way INT8's are, which is not done). What "exact" rests on
+// in the double path: CUDA's exp (double, maximum error 1 ulp; CUDA Math API) and the host's
+// std::exp may differ in the last bit of a double. That changes float(v) only when v lies within a
+// few double ulps of a float rounding boundary (about 2^-28 of the elements with SiLU, none
+// without), and an INT8 code only if that one-ulp change of the float also crosses a rounding
+// boundary of the y_scale grid. The tests allow exactly that, and count it.
 //
 // Requirements of the tensor-core path (conv_int8_gpu checks them all and throws
 // std::invalid_argument naming the first one that fails): compute capability 8.0 or newer;
 // in_c and x_stride multiples of 16 (YOLOv8n's layers all qualify except the first, whose 3
 // input channels stay on lesson 12's FP16 first-layer kernel, or are padded to 16 with zeros);
 // x and w 16-byte aligned (cp.async moves 16 bytes); every pointer device-accessible. y and res
-// may have any alignment and stride (pairs of channels are stored together when they allow).
+// may have any alignment and stride (4 channels are stored together when they allow).
 #pragma once
 
 #include <cuda_runtime_api.h>

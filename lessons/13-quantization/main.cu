@@ -969,19 +969,24 @@ int main(int argc, char** argv) {
       ->check(course::integer_in(1, 64));
   app.add_option("--reps", o.reps, "timed runs per kernel, median reported (default 9)")
       ->check(course::integer_in(1, 1000));
-  app.add_flag("--accuracy", o.accuracy,
-               "instead of the speed table: mAP of FP32 and INT8 (each calibrator, per-channel and "
-               "per-tensor weights) by simulated quantisation on the CPU, 96x128 scenes");
+  CLI::Option* accuracy =
+      app.add_flag("--accuracy", o.accuracy,
+                   "instead of the speed table: mAP of FP32, INT8 (each calibrator, per-channel "
+                   "and per-tensor weights) and FP8 by simulated quantisation on the CPU, 128x96 "
+                   "scenes");
   app.add_option("--eval-scenes", o.eval_scenes,
                  "held-out scenes for --accuracy (seeds 0..N-1; default 64)")
       ->check(course::integer_in(1, 500));
   app.add_option("--threads", o.threads, "CPU threads for --accuracy (default 1)")
       ->check(course::integer_in(1, 256));
   app.add_flag("--sensitivity", o.sensitivity,
-               "with --accuracy: each convolution alone in INT8, the costliest layers");
+               "with --accuracy: each convolution alone in INT8, the costliest layers")
+      ->needs(accuracy);
   app.add_flag("--engine", o.engine,
-               "instead of parts 2 and 3 (GPU): the INT8 engine at 640x640 against lesson 12's "
-               "FP16 and FP32 engines: GPU time at batch 1 and 32, mAP on held-out scenes");
+               "instead of parts 2 and 3 (GPU): the INT8 and FP8 engines at 640x640 against "
+               "lesson 12's FP16 and FP32 engines: GPU time at batch 1 and 32, mAP on held-out "
+               "scenes")
+      ->excludes(accuracy);
   app.add_option("--engine-scenes", o.engine_scenes,
                  "held-out scenes for --engine's mAP (seeds 0..N-1; default 100)")
       ->check(course::integer_in(1, 1000));

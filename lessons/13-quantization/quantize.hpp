@@ -9,9 +9,9 @@
 //                                       saturating to +-448; every one of the 256 codes decodes
 //   quantize_fp8_e4m3 / dequantize_...  one value with a scale: code(x / s); x ~ value(code) s
 //
-// The scheme is TensorRT's explicit-quantization one (DESIGN.md): symmetric (no zero point),
-// per-tensor scales for activations, per-output-channel scales for weights, round to nearest
-// even, saturation.
+// The scheme is TensorRT's explicit-quantization one (RESULTS.md, "Decisions"): symmetric (no zero
+// point), per-tensor scales for activations, per-output-channel scales for weights, round to
+// nearest even, saturation.
 //
 // Why the INT8 grid is [-127, 127] and never -128. With s = amax / 127 the grid {-127 .. 127} s
 // is symmetric about zero: q(-x) = -q(x), so a tensor and its negation quantise alike, and amax

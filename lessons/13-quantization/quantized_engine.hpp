@@ -96,8 +96,9 @@ struct QuantizedEngineConfig {
   int max_batch = 1;  // 1 .. kMaxBatch: the device buffers are sized for it
   static constexpr int kMaxBatch = 256;
   // How the INT8 convolutions round their INT8 outputs (int8_conv_gpu.hpp): exact (equal to
-  // conv_int8_reference, and so to FakeQuantGraph) or fast (one code off at a rounding boundary,
-  // a few in 10 000 elements). INT8 only: ignored in FP8 (conv_fp8_gpu has one epilogue).
+  // conv_int8_reference, and so to FakeQuantGraph) or fast (one code off at most, and only for
+  // the elements at a rounding boundary: a few in 10 000 are at risk). INT8 only: ignored in
+  // FP8 (conv_fp8_gpu has one epilogue).
   Int8Epilogue epilogue = Int8Epilogue::exact;
 };
 
