@@ -10,6 +10,7 @@
 
 #include <cuda_fp16.h>  // __half, __float2half_rn (host code too)
 
+#include "int8_conv.hpp"  // check_conv_shape
 #include "quantize.hpp"
 
 namespace lesson13 {
@@ -86,19 +87,7 @@ void check_fp8_conv_args(const Fp8ConvArgs& a, const char* who, bool read_w_scal
   const auto require = [who](bool ok, const std::string& what) {
     if (!ok) throw std::invalid_argument(std::string(who) + ": " + what);
   };
-  require(a.x && a.w && a.bias && a.w_scale && a.y, "x, w, bias, w_scale and y must not be null");
-  require(a.batch >= 0 && a.in_h > 0 && a.in_w > 0 && a.in_c > 0 && a.out_c > 0 && a.kernel > 0 &&
-              a.stride > 0 && a.pad >= 0,
-          "expected batch >= 0, positive sizes, kernel and stride, and pad >= 0");
-  require(a.out_h == (a.in_h + 2 * a.pad - a.kernel) / a.stride + 1 &&
-              a.out_w == (a.in_w + 2 * a.pad - a.kernel) / a.stride + 1 &&
-              a.in_h + 2 * a.pad >= a.kernel && a.in_w + 2 * a.pad >= a.kernel,
-          "out_h x out_w " + std::to_string(a.out_h) + "x" + std::to_string(a.out_w) +
-              " is not what a " + std::to_string(a.kernel) + "x" + std::to_string(a.kernel) +
-              " stride " + std::to_string(a.stride) + " pad " + std::to_string(a.pad) +
-              " convolution makes of " + std::to_string(a.in_h) + "x" + std::to_string(a.in_w));
-  require(a.x_stride >= a.in_c && a.y_stride >= a.out_c && (!a.res || a.res_stride >= a.out_c),
-          "a view's stride is smaller than its channel count");
+  check_conv_shape(a, who);
   const long long k = static_cast<long long>(a.kernel) * a.kernel * a.in_c;
   require(k <= kFp8ConvMaxK, "K = kernel^2 * in_c = " + std::to_string(k) +
                                  " is beyond the exact double sum's limit (at most " +

@@ -29,6 +29,8 @@
 #pragma once
 
 #include <cstdint>
+#include <stdexcept>
+#include <string>
 
 namespace lesson13 {
 
@@ -66,6 +68,30 @@ struct Int8ConvArgs {
 // that is used (x_scale, every w_scale, res_scale with res, y_scale for INT8 output) is not a
 // positive normal float.
 void conv_int8_reference(const Int8ConvArgs& a);
+
+// The checks every 8-bit convolution's arguments share (Int8ConvArgs here, fp8_conv.hpp's
+// Fp8ConvArgs: the same fields): the pointers x, w, bias, w_scale and y set, batch >= 0 and
+// positive sizes, pad >= 0, out_h / out_w what the kernel, stride and padding make, every view's
+// stride at least its channel count. The messages start with `who`. Throws std::invalid_argument.
+template <class Args>
+void check_conv_shape(const Args& a, const char* who) {
+  const auto require = [who](bool ok, const std::string& what) {
+    if (!ok) throw std::invalid_argument(std::string(who) + ": " + what);
+  };
+  require(a.x && a.w && a.bias && a.w_scale && a.y, "x, w, bias, w_scale and y must not be null");
+  require(a.batch >= 0 && a.in_h > 0 && a.in_w > 0 && a.in_c > 0 && a.out_c > 0 && a.kernel > 0 &&
+              a.stride > 0 && a.pad >= 0,
+          "expected batch >= 0, positive sizes, kernel and stride, and pad >= 0");
+  require(a.out_h == (a.in_h + 2 * a.pad - a.kernel) / a.stride + 1 &&
+              a.out_w == (a.in_w + 2 * a.pad - a.kernel) / a.stride + 1 &&
+              a.in_h + 2 * a.pad >= a.kernel && a.in_w + 2 * a.pad >= a.kernel,
+          "out_h x out_w " + std::to_string(a.out_h) + "x" + std::to_string(a.out_w) +
+              " is not what a " + std::to_string(a.kernel) + "x" + std::to_string(a.kernel) +
+              " stride " + std::to_string(a.stride) + " pad " + std::to_string(a.pad) +
+              " convolution makes of " + std::to_string(a.in_h) + "x" + std::to_string(a.in_w));
+  require(a.x_stride >= a.in_c && a.y_stride >= a.out_c && (!a.res || a.res_stride >= a.out_c),
+          "a view's stride is smaller than its channel count");
+}
 
 // The argument checks of conv_int8_reference, shared with the GPU launcher (conv_int8_gpu): the
 // messages start with `who`. With read_w_scale false, the w_scale entries are not read (on the
