@@ -488,17 +488,7 @@ std::pair<double, double> time_layer(const lesson12::FusedOp& op, int batch, con
     f.x_stride = C;
     f.res_stride = N;
     f.y_stride = N;
-    f.batch = batch;
-    f.in_h = in_h;
-    f.in_w = in_w;
-    f.in_c = C;
-    f.out_h = out_h;
-    f.out_w = out_w;
-    f.out_c = N;
-    f.kernel = kk;
-    f.stride = op.stride;
-    f.pad = op.pad;
-    f.act = static_cast<int>(op.act);
+    lesson12::set_conv_geometry(op, batch, f);
     f.x_scale = fx_scale;
     f.w_scale = dwsf.data();
     f.res_scale = fx_scale;
