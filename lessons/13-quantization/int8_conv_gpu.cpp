@@ -36,24 +36,15 @@ struct NamedPointer {
   const char* name;
 };
 
-// What both launchers check before a launch (messages start with `who`): the tile index, then,
-// unless batch is 0, the current device's compute capability against min_cc (10 major + minor;
-// `needs` says why) and every non-null pointer device-accessible. Returns the tile to launch
-// (auto_tile(SM count) for -1), or -1 when there is nothing to launch. Throws
-// std::invalid_argument.
-template <class AutoTile>
-int checked_tile(const char* who, int tile, int batch, int min_cc, const char* needs,
-                 std::initializer_list<NamedPointer> pointers, AutoTile auto_tile) {
+// The current device's compute capability against min_cc (10 major + minor; `needs` says why)
+// and every non-null pointer device-accessible; messages start with `who`. Returns the device.
+// Throws std::invalid_argument.
+int check_device(const char* who, int min_cc, const char* needs,
+                 std::initializer_list<NamedPointer> pointers) {
   const auto fail = [&](const std::string& what) {
     throw std::invalid_argument(std::string(who) + ": " + what);
   };
-  const int count = static_cast<int>(int8_conv_tiles().size());
-  if (tile < -1 || tile >= count) {
-    fail("tile " + std::to_string(tile) + " is neither -1 (automatic) nor an index of " +
-         "int8_conv_tiles() (0.." + std::to_string(count - 1) + ")");
-  }
-  if (batch == 0) return -1;
-  int dev = 0, major = 0, minor = 0, sms = 0;
+  int dev = 0, major = 0, minor = 0;
   CUDA_CHECK(cudaGetDevice(&dev));
   CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
   CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
@@ -65,7 +56,26 @@ int checked_tile(const char* who, int tile, int batch, int min_cc, const char* n
     if (ptr.p != nullptr && !device_accessible(ptr.p))
       fail(std::string(ptr.name) + " is not memory the GPU can access (pageable host memory?)");
   }
+  return dev;
+}
+
+// What both tensor-core launchers check before a launch (messages start with `who`): the tile
+// index, then, unless batch is 0, check_device. Returns the tile to launch (auto_tile(SM count)
+// for -1), or -1 when there is nothing to launch. Throws std::invalid_argument.
+template <class AutoTile>
+int checked_tile(const char* who, int tile, int batch, int min_cc, const char* needs,
+                 std::initializer_list<NamedPointer> pointers, AutoTile auto_tile) {
+  const int count = static_cast<int>(int8_conv_tiles().size());
+  if (tile < -1 || tile >= count) {
+    throw std::invalid_argument(
+        std::string(who) + ": tile " + std::to_string(tile) +
+        " is neither -1 (automatic) nor an index of int8_conv_tiles() (0.." +
+        std::to_string(count - 1) + ")");
+  }
+  if (batch == 0) return -1;
+  const int dev = check_device(who, min_cc, needs, pointers);
   if (tile < 0) {
+    int sms = 0;
     CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
     tile = auto_tile(sms);
   }
@@ -125,6 +135,48 @@ void conv_int8_gpu(const Int8ConvArgs& a, cudaStream_t stream, int tile,
                        {fallbacks, "fallbacks"}},
                       [&](int sms) { return int8_conv_auto_tile(a, sms); });
   if (tile >= 0) detail::launch_int8_conv(tile, a, epilogue, fallbacks, stream);
+}
+
+// ------------------------------------------------------------------------ the first layer
+
+void check_int8_image_conv_args(const Int8ImageConvArgs& a) {
+  const auto require_img = [](bool ok, const std::string& what) {
+    if (!ok) throw std::invalid_argument("conv_int8_image_gpu: " + what);
+  };
+  require_img(a.images != nullptr, "images must not be null");
+  require_img(a.conv.x == nullptr && a.conv.res == nullptr,
+              "conv.x and conv.res must be null (the kernel reads the float images, and a first "
+              "layer has no residual)");
+  Int8ConvArgs c = a.conv;  // the images stand in for x in the shared checks
+  c.x = reinterpret_cast<const std::int8_t*>(a.images);
+  c.x_stride = c.in_c;
+  check_int8_conv_args(c, "conv_int8_image_gpu", false);
+  require_img(c.in_c <= kInt8ImageMaxChannels,
+              "in_c = " + std::to_string(c.in_c) + " exceeds " +
+                  std::to_string(kInt8ImageMaxChannels) +
+                  " (the codes of a pixel are one 32-bit word; run wider inputs on conv_int8_gpu)");
+  require_img(c.batch <= 65535,
+              "batch = " + std::to_string(c.batch) + " exceeds 65535 (one grid z index per image)");
+  const int smem = detail::int8_image_conv_smem(c);
+  require_img(smem <= 48 * 1024,
+              "a block would need " + std::to_string(smem) +
+                  " bytes of shared memory for this kernel size, stride and out_c (at most "
+                  "49152: 4 bytes per tap and output channel, 12 per channel, 4 per input pixel "
+                  "of an 8 x 32 output tile's receptive field, 80 per thread)");
+}
+
+void conv_int8_image_gpu(const Int8ImageConvArgs& a, cudaStream_t stream,
+                         unsigned long long* fallbacks, Int8Epilogue epilogue) {
+  check_int8_image_conv_args(a);
+  if (a.conv.batch == 0) return;
+  check_device("conv_int8_image_gpu", 80, "the INT8 path of this lesson needs 8.0",
+               {{a.images, "images"},
+                {a.conv.w, "w"},
+                {a.conv.bias, "bias"},
+                {a.conv.w_scale, "w_scale"},
+                {a.conv.y, "y"},
+                {fallbacks, "fallbacks"}});
+  detail::launch_int8_image_conv(a, epilogue, fallbacks, stream);
 }
 
 // ------------------------------------------------------------------------ FP8 (fp8_conv_gpu.hpp)

@@ -49,25 +49,6 @@ __device__ __forceinline__ int8_t requantize(float x, float scale) {
   return static_cast<int8_t>(__float2int_rn(v));
 }
 
-// The fast INT8 epilogue (Int8Epilogue::fast): exercise 3's float path without its certificate,
-// operation for operation as solutions.cuh computes t (so that an element the certified path
-// would decide gets the same code here), then rounded half to even and saturated to +-127.
-// r = fl(1 / y_scale), computed once per kernel. An element the certified path would send to
-// the double fallback (about 1 in 4000 on the lesson's layers) may land one code away from
-// conv_int8_reference's; no other can.
-__device__ __forceinline__ int8_t int8_epilogue_fast(int acc, float xw_scale, float bias, int act,
-                                                     bool has_res, float res_scale, int res,
-                                                     float r) {
-  const float z = __fadd_rn(__fmul_rn(__int2float_rn(acc), xw_scale), bias);
-  const float y = act == 1 ? __fdividef(z, __fadd_rn(1.0f, __expf(-z))) : z;
-  const float rt = has_res ? __fmul_rn(res_scale, static_cast<float>(res)) : 0.0f;
-  const float t = __fmul_rn(__fadd_rn(y, rt), r);
-  // rintf then a clamp. A NaN t (not reached from finite operands) would give -127 here, fmaxf
-  // returning its other operand, where the certified path gives 0.
-  const float k = fminf(fmaxf(rintf(t), -127.0f), 127.0f);
-  return static_cast<int8_t>(__float2int_rz(k));
-}
-
 }  // namespace
 }  // namespace lesson13
 
@@ -110,6 +91,25 @@ __device__ __noinline__ double exact_value(int acc, float xs, float ws, float bi
   if (has_res)
     v = __dadd_rn(v, __dmul_rn(static_cast<double>(res_scale), static_cast<double>(res)));
   return v;
+}
+
+// The fast INT8 epilogue (Int8Epilogue::fast): exercise 3's float path without its certificate,
+// operation for operation as solutions.cuh computes t (so that an element the certified path
+// would decide gets the same code here), then rounded half to even and saturated to +-127.
+// r = fl(1 / y_scale), computed once per kernel. An element the certified path would send to
+// the double fallback (about 1 in 4000 on the lesson's layers) may land one code away from
+// conv_int8_reference's; no other can.
+__device__ __forceinline__ int8_t int8_epilogue_fast(int acc, float xw_scale, float bias, int act,
+                                                     bool has_res, float res_scale, int res,
+                                                     float r) {
+  const float z = __fadd_rn(__fmul_rn(__int2float_rn(acc), xw_scale), bias);
+  const float y = act == 1 ? __fdividef(z, __fadd_rn(1.0f, __expf(-z))) : z;
+  const float rt = has_res ? __fmul_rn(res_scale, static_cast<float>(res)) : 0.0f;
+  const float t = __fmul_rn(__fadd_rn(y, rt), r);
+  // rintf then a clamp. A NaN t (not reached from finite operands) would give -127 here, fmaxf
+  // returning its other operand, where the certified path gives 0.
+  const float k = fminf(fmaxf(rintf(t), -127.0f), 127.0f);
+  return static_cast<int8_t>(__float2int_rz(k));
 }
 
 // INT8 output: exercise 3's int8_epilogue (exercises.hpp; included above), which the lesson
@@ -558,6 +558,178 @@ __global__ void __launch_bounds__(Cfg::kThreads) conv_int8_mma(KernelParams<Args
 #endif
 }
 
+// ---------------------------------------------------------------- the first layer, input fused
+//
+// conv_int8_image_gpu (int8_conv_gpu.hpp). A block computes an 8 x 32 tile of output pixels of
+// one image, one pixel per thread, every output channel, in three steps:
+//  1. shared memory gets the weights as one 32-bit word per tap and output channel (the in_c <= 4
+//     codes of that tap, zero-padded: the operand of one dp4a), laid out [tap][channel] with the
+//     channels rounded up to 16, so that a thread's 16 channels of a tap are 4 broadcast 16-byte
+//     loads; the per-channel constants as conv_int8_mma has them; and the input pixels the tile's
+//     receptive fields cover (rows (8 - 1) stride + kernel, columns (32 - 1) stride + kernel),
+//     each quantised from the float planes into one word of codes (0 outside the image: the
+//     padding). Consecutive threads read consecutive floats of a row of a plane.
+//  2. every thread: for each group of 16 output channels, one dp4a per tap and channel into 16
+//     int32 accumulators (exact).
+//  3. the epilogue of conv_int8_mma, per element, through a per-thread slot of shared memory,
+//     and the 16 codes of a group stored as one 16-byte store where the view allows (a warp
+//     then writes 512 contiguous bytes when the output has 16 channels).
+constexpr int kImgTileH = 8, kImgTileW = 32, kImgThreads = kImgTileH * kImgTileW;
+constexpr int kImgGroup = 16;
+// A thread's epilogue slot: its 16 int32 sums, then their 16 codes (80 bytes, in 16-byte units).
+constexpr int kImgSlot16 = 5;
+
+struct ImageSmemLayout {
+  int channels16, taps, tile_h, tile_w;  // output channels rounded up to 16; input tile
+  __host__ __device__ int weight_words() const { return taps * channels16; }
+  __host__ __device__ int chan_floats() const { return 3 * channels16; }
+  __host__ __device__ int tile_words() const { return (tile_h * tile_w + 3) / 4 * 4; }
+  __host__ __device__ int bytes() const {
+    return 4 * (weight_words() + chan_floats() + tile_words()) + 16 * kImgSlot16 * kImgThreads;
+  }
+};
+__host__ __device__ inline ImageSmemLayout image_smem_layout(const Int8ConvArgs& a) {
+  return {(a.out_c + kImgGroup - 1) / kImgGroup * kImgGroup, a.kernel * a.kernel,
+          (kImgTileH - 1) * a.stride + a.kernel, (kImgTileW - 1) * a.stride + a.kernel};
+}
+
+template <class T, bool kExact>
+__global__ void __launch_bounds__(kImgThreads)
+    conv_int8_image(Int8ImageConvArgs ia, unsigned long long* fallbacks) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const Int8ConvArgs& a = ia.conv;
+  extern __shared__ __align__(16) unsigned char smem[];
+  const ImageSmemLayout L = image_smem_layout(a);
+  int* wsm = reinterpret_cast<int*>(smem);                         // [tap][channels16]
+  float* chan = reinterpret_cast<float*>(wsm + L.weight_words());  // xw, ws, bias
+  int* xsm = reinterpret_cast<int*>(chan + L.chan_floats());       // [tile_h][tile_w]
+  const int tid = threadIdx.x, n = blockIdx.z;
+  const int oy0 = blockIdx.y * kImgTileH, ox0 = blockIdx.x * kImgTileW;
+
+  // 1. Weights, constants, the quantised input tile.
+  for (int i = tid; i < L.weight_words(); i += kImgThreads) {
+    const int tap = i / L.channels16, k = i - tap * L.channels16;
+    unsigned word = 0;
+    if (k < a.out_c) {
+      const int8_t* wk = a.w + (static_cast<long long>(k) * L.taps + tap) * a.in_c;
+      for (int c = 0; c < a.in_c; ++c)
+        word |= static_cast<unsigned>(static_cast<uint8_t>(wk[c])) << (8 * c);
+    }
+    wsm[i] = static_cast<int>(word);
+  }
+  for (int k = tid; k < L.channels16; k += kImgThreads) {
+    const float ws = k < a.out_c ? __ldg(a.w_scale + k) : 1.0f;
+    chan[k] = __fmul_rn(a.x_scale, ws);
+    chan[L.channels16 + k] = ws;
+    chan[2 * L.channels16 + k] = k < a.out_c ? __ldg(a.bias + k) : 0.0f;
+  }
+  const long long plane = static_cast<long long>(a.in_h) * a.in_w;
+  const float* image = ia.images + static_cast<long long>(n) * a.in_c * plane;
+  const int iy0 = oy0 * a.stride - a.pad, ix0 = ox0 * a.stride - a.pad;
+  for (int i = tid; i < L.tile_h * L.tile_w; i += kImgThreads) {
+    const int ty = i / L.tile_w, tx = i - ty * L.tile_w;
+    const int iy = iy0 + ty, ix = ix0 + tx;
+    unsigned word = 0;
+    if (static_cast<unsigned>(iy) < static_cast<unsigned>(a.in_h) &&
+        static_cast<unsigned>(ix) < static_cast<unsigned>(a.in_w)) {
+      const float* p = image + static_cast<long long>(iy) * a.in_w + ix;
+      for (int c = 0; c < a.in_c; ++c)
+        word |=
+            static_cast<unsigned>(static_cast<uint8_t>(requantize(__ldg(p + c * plane), a.x_scale)))
+            << (8 * c);
+    }
+    xsm[i] = static_cast<int>(word);
+  }
+  __syncthreads();
+
+  const int ty = tid / kImgTileW, tx = tid % kImgTileW;
+  const int oy = oy0 + ty, ox = ox0 + tx;
+  if (oy >= a.out_h || ox >= a.out_w) return;  // no barrier follows
+  const long long m = (static_cast<long long>(n) * a.out_h + oy) * a.out_w + ox;
+  const int* x0 = xsm + ty * a.stride * L.tile_w + tx * a.stride;  // the receptive field's corner
+  T* y = static_cast<T*>(a.y) + m * a.y_stride;
+  int4* slot = reinterpret_cast<int4*>(xsm + L.tile_words()) + tid * kImgSlot16;
+  [[maybe_unused]] const float r_y = __frcp_rn(a.y_scale);  // the fast epilogue's 1 / y_scale
+  [[maybe_unused]] const bool y_vec16 =
+      a.y_stride % 16 == 0 && reinterpret_cast<uintptr_t>(a.y) % 16 == 0;
+  [[maybe_unused]] const bool y_vec4 =
+      a.y_stride % 4 == 0 && reinterpret_cast<uintptr_t>(a.y) % (4 * sizeof(T)) == 0;
+#pragma unroll 1
+  for (int g = 0; g < a.out_c; g += kImgGroup) {
+    // 2. The dot products: 16 channels, one dp4a per tap and channel.
+    int acc[kImgGroup];
+#pragma unroll
+    for (int j = 0; j < kImgGroup; ++j) acc[j] = 0;
+#pragma unroll 1
+    for (int r = 0; r < a.kernel; ++r) {
+#pragma unroll 1
+      for (int s = 0; s < a.kernel; ++s) {
+        const int xv = x0[r * L.tile_w + s];
+        const int4* wv = reinterpret_cast<const int4*>(wsm + (r * a.kernel + s) * L.channels16 + g);
+#pragma unroll
+        for (int q = 0; q < kImgGroup / 4; ++q) {
+          const int4 w4 = wv[q];
+          acc[4 * q] = __dp4a(xv, w4.x, acc[4 * q]);
+          acc[4 * q + 1] = __dp4a(xv, w4.y, acc[4 * q + 1]);
+          acc[4 * q + 2] = __dp4a(xv, w4.z, acc[4 * q + 2]);
+          acc[4 * q + 3] = __dp4a(xv, w4.w, acc[4 * q + 3]);
+        }
+      }
+    }
+    // 3. The epilogue, conv_int8_mma's per element. The 16 sums go through this thread's slot
+    // of shared memory, so that the epilogue is a loop over them rather than 16 inlined copies
+    // (conv_int8_mma's reason: 16 copies of the certified epilogue made this kernel 4.5x slower
+    // with the exact epilogue than with the fast one, on an H200, YOLOv8n's model.0 at batch 32).
+    slot[0] = make_int4(acc[0], acc[1], acc[2], acc[3]);
+    slot[1] = make_int4(acc[4], acc[5], acc[6], acc[7]);
+    slot[2] = make_int4(acc[8], acc[9], acc[10], acc[11]);
+    slot[3] = make_int4(acc[12], acc[13], acc[14], acc[15]);
+    const int* sums = reinterpret_cast<const int*>(slot);
+    const int count = a.out_c - g < kImgGroup ? a.out_c - g : kImgGroup;
+    if constexpr (sizeof(T) == 1) {
+      int8_t* codes = reinterpret_cast<int8_t*>(slot + 4);  // then the 16 codes
+#pragma unroll 1
+      for (int j = 0; j < count; ++j) {
+        const int k = g + j;
+        if constexpr (kExact)
+          codes[j] = int8_epilogue(sums[j], a.x_scale, chan[L.channels16 + k], chan[k],
+                                   chan[2 * L.channels16 + k], a.act, false, 0.0f, 0, a.y_scale,
+                                   fallbacks);
+        else
+          codes[j] = int8_epilogue_fast(sums[j], chan[k], chan[2 * L.channels16 + k], a.act, false,
+                                        0.0f, 0, r_y);
+      }
+      int8_t* yp = y + g;
+      if (y_vec16 && count == kImgGroup) {
+        *reinterpret_cast<int4*>(yp) = slot[4];
+      } else {
+        for (int j = 0; j < count; ++j) yp[j] = codes[j];
+      }
+    } else {
+#pragma unroll 1
+      for (int q4 = 0; q4 < count; q4 += 4) {
+        double v[4] = {0, 0, 0, 0};
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int k = g + q4 + e;
+          if (q4 + e < count)
+            v[e] = exact_value(sums[q4 + e], a.x_scale, chan[L.channels16 + k],
+                               chan[2 * L.channels16 + k], a.act, false, 0.0f, 0);
+        }
+        T* yp = y + g + q4;
+        if (y_vec4 && q4 + 4 <= count) {
+          store4(yp, v);
+        } else {
+          for (int e = 0; e < 4 && q4 + e < count; ++e) store1(yp + e, v[e]);
+        }
+      }
+    }
+  }
+#elif defined(__CUDA_ARCH__)
+  __trap();  // compiled for an older GPU: conv_int8_image_gpu refuses it
+#endif
+}
+
 // ---------------------------------------------------------------- the number checks
 
 __global__ void quantize_int8_kernel(const float* x, int n, float scale, int8_t* q) {
@@ -635,6 +807,17 @@ void launch_fp8_typed(const Fp8ConvArgs& a, cudaStream_t stream) {
   throw std::invalid_argument("conv_fp8_gpu: unknown output type");
 }
 
+template <class T, bool kExact>
+void launch_image(const Int8ImageConvArgs& a, unsigned long long* fallbacks, cudaStream_t stream) {
+  const Int8ConvArgs& c = a.conv;
+  const dim3 grid(static_cast<unsigned>((c.out_w + kImgTileW - 1) / kImgTileW),
+                  static_cast<unsigned>((c.out_h + kImgTileH - 1) / kImgTileH),
+                  static_cast<unsigned>(c.batch));
+  conv_int8_image<T, kExact>
+      <<<grid, kImgThreads, image_smem_layout(c).bytes(), stream>>>(a, fallbacks);
+  CUDA_CHECK_LAUNCH();
+}
+
 template <class Cfg>
 Int8ConvTile tile_info(const char* name) {
   return {name, Cfg::BM, Cfg::BN, Cfg::WARPS_M, Cfg::WARPS_N, Cfg::kThreads, Cfg::kSmemBytes};
@@ -670,6 +853,24 @@ void launch_int8_conv(int tile, const Int8ConvArgs& a, Int8Epilogue epilogue,
       throw std::invalid_argument("conv_int8_gpu: tile " + std::to_string(tile) +
                                   " is not an index of int8_conv_tiles()");
   }
+}
+
+int int8_image_conv_smem(const Int8ConvArgs& conv) {
+  return image_smem_layout(conv).bytes();
+}
+
+void launch_int8_image_conv(const Int8ImageConvArgs& a, Int8Epilogue epilogue,
+                            unsigned long long* fallbacks, cudaStream_t stream) {
+  switch (a.conv.y_type) {
+    case Int8ConvOutput::int8:
+      if (epilogue == Int8Epilogue::fast) return launch_image<int8_t, false>(a, nullptr, stream);
+      return launch_image<int8_t, true>(a, fallbacks, stream);
+    case Int8ConvOutput::f32:  // the double epilogue, as conv_int8_gpu's
+      return launch_image<float, true>(a, fallbacks, stream);
+    case Int8ConvOutput::f16:
+      return launch_image<__half, true>(a, fallbacks, stream);
+  }
+  throw std::invalid_argument("conv_int8_image_gpu: unknown output type");
 }
 
 void launch_fp8_conv(int tile, const Fp8ConvArgs& a, cudaStream_t stream) {

@@ -41,7 +41,8 @@
 // Requirements of the tensor-core path (conv_int8_gpu checks them all and throws
 // std::invalid_argument naming the first one that fails): compute capability 8.0 or newer;
 // in_c and x_stride multiples of 16 (YOLOv8n's layers all qualify except the first, whose 3
-// input channels stay on lesson 12's FP16 first-layer kernel, or are padded to 16 with zeros);
+// input channels stay on lesson 12's FP16 first-layer kernel, are padded to 16 with zeros, or
+// run in conv_int8_image_gpu below);
 // x and w 16-byte aligned (cp.async moves 16 bytes); every pointer device-accessible. y and res
 // may have any alignment and stride (4 channels are stored together when they allow).
 #pragma once
@@ -107,6 +108,47 @@ void conv_int8_gpu(const Int8ConvArgs& a, cudaStream_t stream, int tile = -1,
                    unsigned long long* fallbacks = nullptr,
                    Int8Epilogue epilogue = Int8Epilogue::exact);
 
+// ------------------------------------------------------------ the first layer, input fused
+//
+// The network's first convolution reads the float image: 3 channels, which the tensor-core path
+// above could only take padded to 16 (K = 9 x 16 = 144 of which 27 are real), after a separate
+// pass that quantises the whole input into those 16 channels (157 MB of floats read, 210 MB of
+// codes written and read again at batch 32 and 640 x 640). conv_int8_image_gpu does both in one
+// kernel: each block quantises the input pixels its outputs need (quantize_int8(v, x_scale),
+// exercise 1's rounding, into a shared-memory tile of 4 codes per pixel), then every thread
+// computes one output pixel's channels with dp4a (__dp4a: the dot product of 4 signed bytes into
+// an int32, CUDA Math API "Integer Intrinsics"; one per tap and output channel), and runs the
+// same epilogue as conv_int8_gpu (exact, or fast). The result is conv_int8_reference's on the
+// quantised image, as conv_int8_gpu's is: the int32 sums are exact either way.
+//
+// images: float NCHW [conv.batch][conv.in_c][conv.in_h][conv.in_w], dense, device memory.
+// conv: the convolution of the codes quantize_int8(images, conv.x_scale) taken as an NHWC view
+// with x_stride = in_c; conv.x must be null (the codes never exist in memory) and so must
+// conv.res (a first layer has no residual). Weights KRSC [out_c][kernel][kernel][in_c], any
+// alignment; y any view (16 channels are stored together when the view allows).
+constexpr int kInt8ImageMaxChannels = 4;  // one 32-bit word of codes per pixel: one dp4a per tap
+
+struct Int8ImageConvArgs {
+  const float* images;
+  Int8ConvArgs conv;
+};
+
+// Every check that needs no CUDA call (messages start with "conv_int8_image_gpu: "): images set,
+// conv.x and conv.res null, conv_int8_reference's checks on conv (with the images standing in for
+// x), in_c <= kInt8ImageMaxChannels, and the block's shared memory (the weights, 4 bytes per tap
+// and output channel rounded up to 16, the input tile, 12 bytes per channel and 80 per thread)
+// within 48 KiB.
+// Throws std::invalid_argument.
+void check_int8_image_conv_args(const Int8ImageConvArgs& a);
+
+// Runs it on `stream` (asynchronous). fallbacks and epilogue as conv_int8_gpu's. batch 0 launches
+// nothing. Throws std::invalid_argument for what the check refuses, a GPU older than compute
+// capability 8.0 (the engine's INT8 path needs it anyway) or memory the GPU cannot access;
+// course::CudaError if a CUDA call fails.
+void conv_int8_image_gpu(const Int8ImageConvArgs& a, cudaStream_t stream,
+                         unsigned long long* fallbacks = nullptr,
+                         Int8Epilogue epilogue = Int8Epilogue::exact);
+
 // The kernel's requantisation over n values: q[i] = the INT8 code of x[i] / scale exactly as
 // exercise 1's quantize_int8 defines it (device pointers; asynchronous on `stream`).
 // Throws std::invalid_argument for n < 0 or null pointers with n > 0.
@@ -121,6 +163,10 @@ namespace detail {
 // int8_conv_gpu.cu: the launches behind the checked functions above (no argument checks).
 void launch_int8_conv(int tile, const Int8ConvArgs& a, Int8Epilogue epilogue,
                       unsigned long long* fallbacks, cudaStream_t stream);
+// The shared memory conv_int8_image_gpu's block needs for these arguments, in bytes.
+int int8_image_conv_smem(const Int8ConvArgs& conv);
+void launch_int8_image_conv(const Int8ImageConvArgs& a, Int8Epilogue epilogue,
+                            unsigned long long* fallbacks, cudaStream_t stream);
 void launch_quantize_int8(const float* x, int n, float scale, std::int8_t* q, cudaStream_t stream);
 void launch_fp8_from_float(const float* x, int n, std::uint8_t* code, cudaStream_t stream);
 void launch_fp8_to_float(const std::uint8_t* code, int n, float* x, cudaStream_t stream);
