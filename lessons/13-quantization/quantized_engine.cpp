@@ -137,6 +137,7 @@ enum class StepKind {
   quantize_input,
   reformat,
   int8_conv,
+  int8_image_conv,
   int8_pool,
   fp8_conv,
   fp8_pool,
@@ -155,6 +156,7 @@ struct Step {
   detail::ReformatArgs reformat{};
   long long pixels_per_image = 0;  // reformat: pixels = batch * this
   Int8ConvArgs int8_conv{};
+  Int8ImageConvArgs int8_image_conv{};  // images: enqueue's
   detail::Int8PoolArgs int8_pool{};
   Fp8ConvArgs fp8_conv{};
   detail::Fp8PoolArgs fp8_pool{};
@@ -183,7 +185,8 @@ struct QuantizedEngine::Impl {
   std::vector<BufferStorage> storage;         // per buffer
   std::vector<float> scale;  // per buffer: the table's, or its FP8 scale (0 where unused)
   float images_scale = 0;
-  bool quantize_input = false;
+  bool quantize_input = false;  // a separate kernel quantises "images" (into 16 channels)
+  bool fused_input = false;     // the op reading "images" quantises them itself (INT8)
   std::vector<OpPlan> plans;
   std::vector<std::size_t> offset;  // per buffer, bytes into the arena
   std::size_t images_q_offset = 0, arena_bytes = 0;
@@ -366,8 +369,10 @@ void QuantizedEngine::Impl::validate_and_decide(const CalibrationTable& table,
       scale[b] = table_scale(graph.buffers[b].name);
     }
   }
-  quantize_input = input_read_int8;
-  if (quantize_input) images_scale = table_scale(kInputTensorName);
+  // INT8 with fuse_input: the op reading the input runs conv_int8_image_gpu on the floats.
+  fused_input = input_read_int8 && !fp8 && c.fuse_input && graph.input_c <= kInt8ImageMaxChannels;
+  quantize_input = input_read_int8 && !fused_input;
+  if (input_read_int8) images_scale = table_scale(kInputTensorName);
 
   // Which views go through scratch, and how large each scratch buffer must be.
   plans.assign(n_ops, OpPlan{});
@@ -587,6 +592,35 @@ void QuantizedEngine::Impl::build_steps(const std::vector<std::size_t>& w_off,
       a.x_scale = scale[xb];
       a.y_type = storage[yb];
       a.y_scale = storage[yb] == BufferStorage::fp8_e4m3 ? scale[yb] : 1.0f;
+    } else if (int8[i] && op.kind == OpKind::conv && op.input.buffer == View::kNetworkInput &&
+               fused_input) {
+      s.kind = StepKind::int8_image_conv;
+      s.label = "int8 conv " + op.name + " -> " + to_string(storage[yb]) +
+                " (quantises the float images itself)";
+      Int8ImageConvArgs& ia = s.int8_image_conv;
+      Int8ConvArgs& a = ia.conv;
+      lesson12::set_conv_geometry(op, mb, a);
+      a.x = nullptr;  // the kernel reads the images: enqueue's pointer
+      a.x_stride = 0;
+      a.x_scale = images_scale;
+      a.w = reinterpret_cast<const std::int8_t*>(weights_at(w_off[i]));
+      a.w_scale = reinterpret_cast<const float*>(weights_at(ws_off[i]));
+      a.bias = reinterpret_cast<const float*>(weights_at(b_off[i]));
+      a.res = nullptr;  // validate_and_decide refused a residual from the network input
+      a.y = y;
+      a.y_stride = y_stride;
+      a.y_type = conv_output_of(storage[yb]);
+      a.y_scale = storage[yb] == BufferStorage::int8 ? scale[yb] : 1.0f;
+      // Checked now, a placeholder standing in for the images (enqueue supplies them; the
+      // check never reads through the pointer).
+      static const float placeholder = 0.0f;
+      ia.images = &placeholder;
+      try {
+        check_int8_image_conv_args(ia);
+      } catch (const std::invalid_argument& e) {
+        throw std::invalid_argument("QuantizedEngine: op '" + op.name + "': " + e.what());
+      }
+      ia.images = nullptr;
     } else if (int8[i] && op.kind == OpKind::conv) {
       s.kind = StepKind::int8_conv;
       s.label = "int8 conv " + op.name + " -> " + to_string(storage[yb]);
@@ -744,7 +778,7 @@ QuantizedEngine::QuantizedEngine(EngineGraph graph, const CalibrationTable& tabl
       std::vector<std::int8_t> q;
       std::vector<float> ws;
       quantize_weights(op, m.config.weights, q, ws);
-      if (op.input.buffer == View::kNetworkInput) {
+      if (op.input.buffer == View::kNetworkInput && !m.fused_input) {
         // [out][k][k][in_c] -> [out][k][k][16]: zero weights for the input's zero channels.
         const std::size_t taps = static_cast<std::size_t>(op.out_channels) * op.kernel * op.kernel;
         std::vector<std::int8_t> padded(taps * kPaddedInputChannels, 0);
@@ -855,6 +889,13 @@ void QuantizedEngine::enqueue_steps(
           Int8ConvArgs a = s.int8_conv;
           a.batch = batch;
           conv_int8_gpu(a, stream, int8_conv_auto_tile(a, m.sm_count), nullptr, m.config.epilogue);
+          break;
+        }
+        case StepKind::int8_image_conv: {
+          Int8ImageConvArgs a = s.int8_image_conv;
+          a.images = images;
+          a.conv.batch = batch;
+          conv_int8_image_gpu(a, stream, nullptr, m.config.epilogue);
           break;
         }
         case StepKind::int8_pool: {
@@ -1029,7 +1070,10 @@ std::string QuantizedEngine::describe() const {
     << to_string(m.config.weights) << " weights: " << int8_ops() << " ops " << q << ", " << fallback
     << " " << dtype_name(m.config.fallback) << (kept.empty() ? "" : " (" + kept + ")")
     << ", detect FP32; " << m.steps.size() << " launches per run, " << m.reformats
-    << " of them reformats" << (m.quantize_input ? " (+1 input quantisation)" : "")
+    << " of them reformats"
+    << (m.quantize_input ? " (+1 input quantisation)"
+        : m.fused_input  ? " (the first conv quantises the input)"
+                         : "")
     << "; activations " << activation_bytes() / (1024 * 1024) << " MiB at batch "
     << m.config.max_batch << ", weights " << m.weight_bytes / 1024 << " KiB";
   return s.str();

@@ -25,11 +25,15 @@
 // than the plain FP16 engine; reformat_launches() counts them.
 //
 // The network input "images" (float NCHW [B, 3, H, W]) is quantised with the table's "images"
-// scale by one kernel into an INT8 NHWC buffer padded to 16 channels (the 13 extra channels
-// zero, and model.0's weights padded with zero input channels), so that model.0 runs on the INT8
-// tensor-core kernel (in_c % 16 == 0): the zeros add nothing to the int32 sums, so the result is
-// FakeQuantGraph's exactly. Kept in the fallback list, model.0 reads the float input directly
-// with lesson 12's first-layer kernel.
+// scale. In INT8 (Config::fuse_input, the default) model.0 does it itself: it runs
+// conv_int8_image_gpu (int8_conv_gpu.hpp), which quantises the pixels each block needs as it
+// loads them, so the codes never exist in memory. Otherwise (fuse_input false, and always in
+// FP8) one kernel quantises the input into an NHWC buffer padded to 16 channels (the 13 extra
+// channels zero, and model.0's weights padded with zero input channels), so that model.0 runs on
+// the tensor-core kernel (in_c % 16 == 0): one more pass over memory, and 16 channels of work for
+// 3. Either way the zeros add nothing to the int32 sums, so the result is FakeQuantGraph's
+// exactly. Kept in the fallback list, model.0 reads the float input directly with lesson 12's
+// first-layer kernel.
 //
 // Equal to FakeQuantGraph (fake_quant.hpp) with the same table and weight scales when every op
 // runs in INT8: each INT8 buffer's codes are quantize_int8(FakeQuantGraph's float, scale) (the
@@ -100,6 +104,10 @@ struct QuantizedEngineConfig {
   // the elements at a rounding boundary: a few in 10 000 are at risk). INT8 only: ignored in
   // FP8 (conv_fp8_gpu has one epilogue).
   Int8Epilogue epilogue = Int8Epilogue::exact;
+  // INT8 only: the op that reads the network input quantises the float images itself
+  // (conv_int8_image_gpu), or, false, a separate kernel quantises them into 16 padded channels
+  // for the tensor-core kernel first (what the FP8 engine always does). The lesson times both.
+  bool fuse_input = true;
 };
 
 // One buffer copied to the host (read_buffer): `batch` images, NHWC, the buffer's channel count.
@@ -179,9 +187,10 @@ class QuantizedEngine {
   // The scale of the buffer's codes (0 if none is used): the table's (INT8), or the FP8 scale
   // derived from it (FP8, above).
   float scale(int buffer) const;
-  int int8_ops() const;                  // ops that run quantised
-  int reformat_launches() const;         // reformat kernels per enqueue (input quantisation aside)
-  bool quantizes_input() const;          // whether enqueue quantises "images" for model.0
+  int int8_ops() const;           // ops that run quantised
+  int reformat_launches() const;  // reformat kernels per enqueue (input quantisation aside)
+  bool quantizes_input() const;   // whether enqueue quantises "images" for model.0 in a kernel of
+                                  // its own (false when model.0 does it, or runs in fallback)
   std::size_t activation_bytes() const;  // device memory of buffers and scratch at max batch
   std::size_t weight_bytes() const;
   // One line per launch of enqueue, in order: "int8 conv model.1 -> int8", "fp8 conv model.1 ->

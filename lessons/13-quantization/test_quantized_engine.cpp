@@ -802,14 +802,18 @@ TEST_CASE("QuantizedEngine, every op INT8: each buffer is FakeQuantGraph's, bit 
           "[gpu][qengine]") {
   const EngineGraph& g = trained_graph();
   const WeightScales ws = GENERATE(WeightScales::per_channel, WeightScales::per_tensor);
-  INFO(to_string(ws) << " weights");
+  // model.0 quantising the float images itself (conv_int8_image_gpu), or a separate kernel
+  // quantising them into 16 channels for the tensor-core kernel: the same codes either way.
+  const bool fused = GENERATE(true, false);
+  INFO(to_string(ws) << " weights, input quantisation " << (fused ? "fused" : "separate"));
   QuantizedEngineConfig c;
   c.weights = ws;
+  c.fuse_input = fused;
   QuantizedEngine engine(g, trained_table(), trained_id(), c);
   INFO(engine.describe());
   // Every op but detect in INT8; the input quantised for model.0; no reformat anywhere.
   CHECK(engine.int8_ops() == static_cast<int>(g.ops.size()) - 1);
-  CHECK(engine.quantizes_input());
+  CHECK(engine.quantizes_input() == !fused);
   CHECK(engine.reformat_launches() == 0);
   FakeQuantConfig fc;
   fc.weights = ws;
