@@ -122,12 +122,26 @@ __global__ void quantize_input_kernel(QuantizeInputArgs a) {
 }
 
 // One thread per group of kVec channels of one output pixel (kVec = 4 when the channel count,
-// both strides and both pointers allow 4-byte accesses of codes, else 1).
+// both strides and both pointers allow 4-byte accesses of codes, else 1). An INT8 output with
+// another scale than the input's (YOLOv8n's upsamples) is a function of the input code alone:
+// the block tabulates its 255 values once (quantize_code(dequantize_code(q)), the arithmetic of
+// the per-element path, so the table is exact) and each element is a shared-memory lookup
+// instead of an IEEE division. The first version divided per element and stored byte by byte:
+// 99 us for YOLOv8n's second upsample at batch 32 on an H200, against 29 us for lesson 12's FP16
+// upsample of twice the bytes.
 template <int kVec>
 __global__ void int8_pool_kernel(Int8PoolArgs a) {
   const int groups = a.channels / kVec;
   const int total = a.batch * a.out_h * a.out_w * groups;
-  const bool copy = a.y_type == BufferStorage::int8 && a.y_scale == a.x_scale;
+  const bool int8_out = a.y_type == BufferStorage::int8;
+  const bool copy = int8_out && a.y_scale == a.x_scale;
+  __shared__ int8_t requant[256];  // requant[q + 128]: the output code of input code q
+  if (int8_out && !copy) {         // the same for every thread of the grid: no divergent barrier
+    for (int q = static_cast<int>(threadIdx.x) - 128; q < 128; q += blockDim.x)
+      requant[q + 128] =
+          quantize_code(dequantize_code(static_cast<int8_t>(q), a.x_scale), a.y_scale);
+    __syncthreads();
+  }
   for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
     const int c = (i % groups) * kVec;
     const int pix = i / groups;  // (n * out_h + oy) * out_w + ox
@@ -162,19 +176,21 @@ __global__ void int8_pool_kernel(Int8PoolArgs a) {
       }
     }
     const long long dst = static_cast<long long>(pix) * a.y_stride + c;
-    if (copy && kVec == 4) {
-      *reinterpret_cast<char4*>(static_cast<int8_t*>(a.y) + dst) =
-          make_char4(static_cast<signed char>(best[0]), static_cast<signed char>(best[1]),
-                     static_cast<signed char>(best[2]), static_cast<signed char>(best[3]));
+    if (int8_out) {
+      signed char q[kVec];
+#pragma unroll
+      for (int e = 0; e < kVec; ++e)
+        q[e] = static_cast<signed char>(copy ? best[e] : requant[best[e] + 128]);
+      if constexpr (kVec == 4)
+        *reinterpret_cast<char4*>(static_cast<int8_t*>(a.y) + dst) =
+            make_char4(q[0], q[1], q[2], q[3]);
+      else
+        static_cast<int8_t*>(a.y)[dst] = q[0];
     } else {
 #pragma unroll
-      for (int e = 0; e < kVec; ++e) {
-        const int8_t q = static_cast<int8_t>(best[e]);
-        if (copy)
-          static_cast<int8_t*>(a.y)[dst + e] = q;
-        else
-          store_value(a.y, dst + e, a.y_type, dequantize_code(q, a.x_scale), a.y_scale);
-      }
+      for (int e = 0; e < kVec; ++e)
+        store_value(a.y, dst + e, a.y_type,
+                    dequantize_code(static_cast<int8_t>(best[e]), a.x_scale), a.y_scale);
     }
   }
 }
