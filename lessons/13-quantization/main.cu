@@ -359,6 +359,28 @@ void print_row(const Row& r, double macs, double fp16_us) {
   std::printf("\n");
 }
 
+// The fastest of lesson 12's FP16 kernels that can run `c` (first_layer: the kernels that read
+// the float NCHW input), GPU time per launch, median of o.reps, L2 warm; {"", 0} if none can.
+Row fastest_fp16(lesson12::KernelLibrary& lib, const lesson12::ConvArgs& c, bool first_layer,
+                 const Options& o, cudaStream_t s) {
+  int count = 0;
+  const lesson12::ConvKernelInfo* table = lesson12::conv_kernels(&count);
+  Row best{"", 0};
+  for (int k = 0; k < count; ++k) {
+    const lesson12::ConvKernelInfo& info = table[k];
+    if (info.dtype != lesson12::DType::f16 || !lesson12::conv_kernel_runs_on(info, sm_version()) ||
+        !lesson12::conv_kernel_supports(info, c, first_layer))
+      continue;
+    const double ms = course::measure(
+                          s, o.reps, [&] { lesson12::launch_conv_kernel(lib, info, c, s); },
+                          course::L2::warm, false)
+                          .gpu_ms;
+    if (best.us == 0 || ms * 1e3 < best.us)
+      best = {std::string("FP16 (lesson 12) ") + info.tactic, ms * 1e3};
+  }
+  return best;
+}
+
 // One layer at one batch: the INT8 kernel (every tile), lesson 12's FP16 kernels, cuBLASLt.
 // Returns {best INT8 us with the exact epilogue, best FP16 us}.
 std::pair<double, double> time_layer(const lesson12::FusedOp& op, int batch, const Options& o,
@@ -543,32 +565,8 @@ std::pair<double, double> time_layer(const lesson12::FusedOp& op, int batch, con
   c.x_stride = C;
   c.res_stride = N;
   c.y_stride = N;
-  c.batch = batch;
-  c.in_h = in_h;
-  c.in_w = in_w;
-  c.in_c = C;
-  c.out_h = out_h;
-  c.out_w = out_w;
-  c.out_c = N;
-  c.kernel = kk;
-  c.stride = op.stride;
-  c.pad = op.pad;
-  c.act = static_cast<int>(op.act);
-  int count = 0;
-  const lesson12::ConvKernelInfo* table = lesson12::conv_kernels(&count);
-  Row fp16_best{"", 0};
-  for (int k = 0; k < count; ++k) {
-    const lesson12::ConvKernelInfo& info = table[k];
-    if (info.dtype != lesson12::DType::f16 || !lesson12::conv_kernel_runs_on(info, sm_version()) ||
-        !lesson12::conv_kernel_supports(info, c, false))
-      continue;
-    const double ms = course::measure(
-                          s, o.reps, [&] { lesson12::launch_conv_kernel(lib, info, c, s); },
-                          course::L2::warm, false)
-                          .gpu_ms;
-    if (fp16_best.us == 0 || ms * 1e3 < fp16_best.us)
-      fp16_best = {std::string("FP16 (lesson 12) ") + info.tactic, ms * 1e3};
-  }
+  lesson12::set_conv_geometry(op, batch, c);
+  const Row fp16_best = fastest_fp16(lib, c, false, o, s);
 
   // ---- cuBLASLt INT8 GEMM of the same shape, contiguous operands.
   std::vector<Row> lt_rows;
@@ -604,6 +602,112 @@ std::pair<double, double> time_layer(const lesson12::FusedOp& op, int batch, con
   return {int8_best, fp16_best.us};
 }
 
+// The first layer at one batch: lesson 12's FP16 first-layer kernels (they read the float NCHW
+// input), conv_int8_image_gpu (quantises the float input itself), and the unfused INT8 path (a
+// kernel quantising the input into 16 channels, then the tensor-core kernel), each epilogue.
+// Random images in [0, 1]; the layer's own weights (INT8 per output channel). The INT8 output
+// is first checked against conv_int8_reference on the codes quantize_int8 gives on the host.
+void time_first_layer(const lesson12::FusedOp& op, int batch, const Options& o,
+                      lesson12::KernelLibrary& lib, int sm_count, cudaStream_t s) {
+  const int in_h = op.input.h, in_w = op.input.w, C = op.in_channels, N = op.out_channels;
+  const long long M = static_cast<long long>(batch) * op.output.h * op.output.w;
+  const double macs = static_cast<double>(M) * N * op.kernel * op.kernel * C;
+  std::printf("\n   %s, batch %d: M = %lld pixels, N = %d channels, K = %d; %.3f G multiply-adds\n",
+              lesson12::describe(op).c_str(), batch, M, N, op.kernel * op.kernel * C, macs / 1e9);
+  std::mt19937 rng(1314);
+  const std::size_t plane = static_cast<std::size_t>(in_h) * in_w;
+  const std::size_t out_elems = static_cast<std::size_t>(M) * N;
+  std::vector<float> images(static_cast<std::size_t>(batch) * C * plane);
+  std::uniform_real_distribution<float> unit(0.0f, 1.0f);
+  for (float& v : images) v = unit(rng);
+  const PerChannelInt8 wq = quantize_int8_per_channel(op.weight, N);
+  course::DeviceBuffer<float> dimages = course::to_device(images),
+                              dbias = course::to_device(op.bias);
+  course::DeviceBuffer<float> dws = course::to_device(wq.scale);
+  course::DeviceBuffer<std::int8_t> dw = course::to_device(wq.q), dy(out_elems);
+  Int8ImageConvArgs ia{};
+  ia.images = dimages.data();
+  Int8ConvArgs& a = ia.conv;
+  lesson12::set_conv_geometry(op, batch, a);
+  a.w = dw.data();
+  a.bias = dbias.data();
+  a.y = dy.data();
+  a.y_stride = N;
+  a.x_scale = 1.0f / 127.0f;
+  a.w_scale = dws.data();
+  a.y_scale = 6.0f / 127.0f;
+  a.y_type = Int8ConvOutput::int8;
+  if (batch == 1) {
+    conv_int8_image_gpu(ia, s);
+    CUDA_CHECK(cudaStreamSynchronize(s));
+    const std::vector<std::int8_t> got = course::to_host(dy);
+    std::vector<std::int8_t> codes(static_cast<std::size_t>(batch) * plane * C), want(out_elems);
+    for (int n = 0; n < batch; ++n)
+      for (int c = 0; c < C; ++c)
+        for (std::size_t i = 0; i < plane; ++i)
+          codes[(n * plane + i) * C + c] =
+              quantize_int8(images[(static_cast<std::size_t>(n) * C + c) * plane + i], a.x_scale);
+    Int8ConvArgs h = a;
+    h.x = codes.data();
+    h.x_stride = C;
+    h.w = wq.q.data();
+    h.bias = op.bias.data();
+    h.w_scale = wq.scale.data();
+    h.y = want.data();
+    conv_int8_reference(h);
+    std::size_t diff = 0;
+    for (std::size_t i = 0; i < out_elems; ++i) diff += got[i] != want[i];
+    std::printf("   INT8 first-layer kernel vs conv_int8_reference: %zu of %zu outputs differ\n",
+                diff, out_elems);
+  }
+  std::printf("   %-52s %12s %13s %7s\n", "kernel", "GPU time", "", "vs FP16");
+  const auto measure_us = [&](auto&& launch) {
+    return course::measure(s, o.reps, launch, course::L2::warm, false).gpu_ms * 1e3;
+  };
+  // FP16: lesson 12's first-layer kernels, the fastest of them.
+  std::vector<__half> w16(op.weight.size());
+  for (std::size_t i = 0; i < w16.size(); ++i) w16[i] = __float2half_rn(op.weight[i]);
+  course::DeviceBuffer<__half> dw16 = course::to_device(w16), dy16(out_elems);
+  lesson12::ConvArgs c{};
+  c.x = dimages.data();
+  c.w = dw16.data();
+  c.bias = dbias.data();
+  c.y = dy16.data();
+  c.y_stride = N;
+  lesson12::set_conv_geometry(op, batch, c);
+  const Row fp16_best = fastest_fp16(lib, c, true, o, s);
+  if (fp16_best.us > 0) print_row(fp16_best, macs, fp16_best.us);
+  // The unfused INT8 path: 16 padded channels of codes, weights padded alike.
+  constexpr int kPad = 16;
+  const int taps = op.kernel * op.kernel;
+  std::vector<std::int8_t> w_pad(static_cast<std::size_t>(N) * taps * kPad, 0);
+  for (std::size_t t = 0; t < static_cast<std::size_t>(N) * taps; ++t)
+    for (int ch = 0; ch < C; ++ch) w_pad[t * kPad + ch] = wq.q[t * C + ch];
+  course::DeviceBuffer<std::int8_t> dw_pad = course::to_device(w_pad);
+  course::DeviceBuffer<std::int8_t> dcodes(static_cast<std::size_t>(batch) * plane * kPad);
+  detail::QuantizeInputArgs qa{dimages.data(), dcodes.data(),      batch, C, in_h, in_w, kPad,
+                               a.x_scale,      BufferStorage::int8};
+  Int8ConvArgs u = a;
+  u.x = dcodes.data();
+  u.x_stride = kPad;
+  u.in_c = kPad;
+  u.w = dw_pad.data();
+  const int tile = int8_conv_auto_tile(u, sm_count);
+  for (const Int8Epilogue e : {Int8Epilogue::exact, Int8Epilogue::fast}) {
+    const char* en = e == Int8Epilogue::exact ? ", exact" : ", fast";
+    print_row({std::string("INT8, quantises the images itself") + en,
+               measure_us([&] { conv_int8_image_gpu(ia, s, nullptr, e); })},
+              macs, fp16_best.us);
+    print_row(
+        {std::string("INT8, quantise kernel + tensor core ") + int8_conv_tiles()[tile].name + en,
+         measure_us([&] {
+           detail::launch_quantize_input(qa, s);
+           conv_int8_gpu(u, s, tile, nullptr, e);
+         })},
+        macs, fp16_best.us);
+  }
+}
+
 void speed_table(const lesson12::WeightsFile& w, const Options& o) {
   const course::DeviceInfo dev = course::query_device(0);
   std::printf("2. Speed on %s\n", course::summary(dev).c_str());
@@ -619,6 +723,9 @@ void speed_table(const lesson12::WeightsFile& w, const Options& o) {
               course::harness_floor_caption(stream.get()).c_str());
   const lesson12::EngineGraph g =
       lesson12::optimize(lesson12::yolov8n(w, lesson12::kInputSize, lesson12::kInputSize));
+  std::printf("\n   The first convolution at %dx%d (it reads the float images): %s\n",
+              lesson12::kInputSize, lesson12::kInputSize, g.ops.front().name.c_str());
+  for (int b : o.batches) time_first_layer(g.ops.front(), b, o, lib, dev.sm_count, stream.get());
   for (int kernel : {1, 3}) {
     const lesson12::FusedOp* op = largest_conv(g, kernel);
     if (op == nullptr) continue;
@@ -738,6 +845,9 @@ void engine_table(const lesson12::WeightsFile& w, const Options& o,
   QuantizedEngine q8(g, entropy640, id, qc);
   qc.epilogue = Int8Epilogue::fast;
   QuantizedEngine q8x(g, entropy640, id, qc);
+  qc.fuse_input = false;  // the input quantised by a kernel of its own, into 16 channels
+  QuantizedEngine q8u(g, entropy640, id, qc);
+  qc.fuse_input = true;
   qc.epilogue = Int8Epilogue::exact;
   qc.keep = first_and_head_ops(g);
   QuantizedEngine q8f(g, entropy640, id, qc);
@@ -788,6 +898,7 @@ void engine_table(const lesson12::WeightsFile& w, const Options& o,
     const double t8 = time_us(s, o.reps, [&] { q8.enqueue(x.data(), batch, y.data(), s); });
     const double t8f = time_us(s, o.reps, [&] { q8f.enqueue(x.data(), batch, y.data(), s); });
     const double t8x = time_us(s, o.reps, [&] { q8x.enqueue(x.data(), batch, y.data(), s); });
+    const double t8u = time_us(s, o.reps, [&] { q8u.enqueue(x.data(), batch, y.data(), s); });
     const double t8e =
         q8e ? time_us(s, o.reps, [&] { q8e->enqueue(x.data(), batch, y.data(), s); }) : 0.0;
     const auto row = [&](const std::string& what, double us) {
@@ -797,6 +908,7 @@ void engine_table(const lesson12::WeightsFile& w, const Options& o,
     row("FP16 (lesson 12)", t16);
     row("INT8, every op", t8);
     row("INT8, every op, fast epilogue", t8x);
+    row("  the same, input quantised by its own kernel", t8u);
     if (q8e) row("FP8 E4M3, every op (min-max table)", t8e);
     row("INT8, " + std::to_string(qc.keep.size()) + " ops FP16 (" +
             std::to_string(q8f.reformat_launches()) + " reformats)",
