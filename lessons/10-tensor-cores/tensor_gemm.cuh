@@ -519,6 +519,11 @@ void gemm_v7_persistent(int blocks, int M, int N, int K, float alpha, const In* 
 template <class In, class Out>
 void gemm_v9_cluster(int M, int N, int K, float alpha, const In* A, const In* B, float beta, Out* C,
                      const float* bias, Activation act, cudaStream_t stream);
+// How many of v9's clusters the current GPU holds at once (cudaOccupancyMaxActiveClusters for
+// v9's kernel and launch): 2 x this many SMs multiply at a time. A cluster's two blocks need two
+// SMs of one GPC with v6's 193 KiB of shared memory free, so a GPC with an odd number of usable
+// SMs leaves one idle. Call it only where version_supported(9, ...); throws CudaError.
+int v9_active_clusters();
 // Whether the sm_90a library holds real code (false if nvcc could not build it).
 bool sm90_kernels_built();
 

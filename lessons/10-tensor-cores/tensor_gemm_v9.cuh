@@ -193,33 +193,60 @@ __global__ void __launch_bounds__(v6cfg::kThreads, 1)
 
 }  // namespace
 
+namespace {
+// v9's launch: `blocks` blocks of v6's 384 threads and shared memory, in clusters of
+// v9cluster::kClusterSize along x. The cluster shape is a launch attribute (CUDA Programming
+// Guide, "Thread Block Clusters": cudaLaunchKernelEx with cudaLaunchAttributeClusterDimension);
+// the grid is a multiple of it. `attr` holds the attribute the config points at.
+cudaLaunchConfig_t cluster_config(int blocks, cudaStream_t stream, cudaLaunchAttribute* attr) {
+  *attr = cudaLaunchAttribute{};
+  attr->id = cudaLaunchAttributeClusterDimension;
+  attr->val.clusterDim.x = v9cluster::kClusterSize;
+  attr->val.clusterDim.y = 1;
+  attr->val.clusterDim.z = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(blocks);
+  config.blockDim = dim3(v6cfg::kThreads);
+  config.dynamicSmemBytes = v6cfg::kSmemBytes;
+  config.stream = stream;
+  config.attrs = attr;
+  config.numAttrs = 1;
+  return config;
+}
+
+// The kernel, allowed v6's dynamic shared memory.
+template <class In, class Out>
+auto cluster_kernel_ready() {
+  auto kernel = cluster_kernel<In, Out>;
+  CUDA_CHECK(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, v6cfg::kSmemBytes));
+  return kernel;
+}
+}  // namespace
+
 template <class In, class Out>
 void gemm_v9_cluster(int M, int N, int K, float alpha, const In* A, const In* B, float beta, Out* C,
                      const float* bias, Activation act, cudaStream_t stream) {
-  using v6cfg::BK, v6cfg::BM, v6cfg::BN, v6cfg::kSmemBytes, v6cfg::kThreads;
+  using v6cfg::BK, v6cfg::BM, v6cfg::BN;
   const CUtensorMap map_a = make_map(A, M, K, BM);  // boxes of 128 rows (m) x 64 k
   const CUtensorMap map_b = make_map(B, K, N, BK);  // boxes of 64 k rows x 64 columns
   // Tile rows rounded up to pairs: at most (tiles_m + 1) x tiles_n blocks, far below INT_MAX.
   const int blocks = v9cluster::grid_blocks(ceil_div(M, BM), ceil_div(N, BN));
-  auto kernel = cluster_kernel<In, Out>;
-  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
-  // The cluster shape is a launch attribute (CUDA Programming Guide, "Thread Block Clusters":
-  // cudaLaunchKernelEx with cudaLaunchAttributeClusterDimension); the grid is a multiple of it.
-  cudaLaunchAttribute cluster{};
-  cluster.id = cudaLaunchAttributeClusterDimension;
-  cluster.val.clusterDim.x = v9cluster::kClusterSize;
-  cluster.val.clusterDim.y = 1;
-  cluster.val.clusterDim.z = 1;
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(blocks);
-  config.blockDim = dim3(kThreads);
-  config.dynamicSmemBytes = kSmemBytes;
-  config.stream = stream;
-  config.attrs = &cluster;
-  config.numAttrs = 1;
+  const auto kernel = cluster_kernel_ready<In, Out>();
+  cudaLaunchAttribute cluster;
+  const cudaLaunchConfig_t config = cluster_config(blocks, stream, &cluster);
   const int quads = reinterpret_cast<std::uintptr_t>(C) % (4 * sizeof(Out)) == 0 ? 1 : 0;
   CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, map_a, map_b, M, N, K, C,
                                 Epilogue{alpha, beta, bias, act}, quads));
+}
+
+int v9_active_clusters() {
+  const auto kernel = cluster_kernel_ready<__half, float>();
+  cudaLaunchAttribute cluster;
+  const cudaLaunchConfig_t config = cluster_config(v9cluster::kClusterSize, nullptr, &cluster);
+  int clusters = 0;
+  CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, kernel, &config));
+  return clusters;
 }
 
 }  // namespace lesson10

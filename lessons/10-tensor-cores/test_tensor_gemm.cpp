@@ -1252,6 +1252,18 @@ TEST_CASE("v9 clusters with TMA multicast: every element vs FP64", "[gpu][v9]") 
   if (supported(9, DType::f16)) check_128x256_edges(ByVersion{9});
 }
 
+TEST_CASE("v9's clusters fit the GPU: at least one resident, at most one block per SM",
+          "[gpu][v9]") {
+  if (!supported(9, DType::f16)) return;
+  int device = 0, sms = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  const int clusters = v9_active_clusters();
+  INFO(clusters << " clusters of 2 on " << sms << " SMs");
+  CHECK(clusters >= 1);
+  CHECK(2 * clusters <= sms);
+}
+
 // v9's own edges: odd numbers of tile rows (a block with no tile in every column of the last pair
 // row) alone and across raster groups of 4 pair rows, exact multiples of the tile, a single tile
 // column of 8, a K of one partial tile (K = 8) and Ks that wrap the 4-stage ring (K = 264: 5 K
