@@ -239,6 +239,13 @@ int run(const Options& opt) {
   double cublas16 = 0.0;
   const std::vector<double> t16 =
       version_table<__half>(blas, opt, vs, peak.tflops, stream, &cublas16);
+  if (t16[9] > 0) {
+    const int clusters = v9_active_clusters();
+    std::printf(
+        "   v9 runs %d clusters of 2 blocks at once: %d of the %d SMs (one block per SM; a "
+        "cluster's two on one GPC).\n",
+        clusters, 2 * clusters, peak.sm_count);
+  }
   int best = 0;
   for (const VersionInfo& info : versions())
     if (t16[info.number] > 0 && (best == 0 || t16[info.number] > t16[best])) best = info.number;
@@ -443,8 +450,8 @@ int main(int argc, char** argv) {
   const SizeOption sizes[] = {
       {"--size", "M = N = K = S (default 4096)", {&opt.M, &opt.N, &opt.K}},
       {"--m", "M alone (any value >= 1)", {&opt.M}},
-      {"--n", "N alone (v2..v8 need a multiple of 8)", {&opt.N}},
-      {"--k", "K alone (v2..v8 need a multiple of 8)", {&opt.K}},
+      {"--n", "N alone (v2..v9 need a multiple of 8)", {&opt.N}},
+      {"--k", "K alone (v2..v9 need a multiple of 8)", {&opt.K}},
   };
   for (const SizeOption& so : sizes) {
     const std::vector<int*> targets = so.targets;

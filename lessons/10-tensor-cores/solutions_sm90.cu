@@ -3,7 +3,7 @@
 //
 // Compiled for sm_90a only, into the lesson build only (lesson10_sm90_solution in
 // CMakeLists.txt): the exercise build compiles your exercise.cu in its place (exercise_sm90.cu).
-// The course's own v5..v7 run the same loop from solutions_sm90.cuh.
+// The course's own v5..v7 and v9 run the same loop from solutions_sm90.cuh.
 #include "tensor_gemm.cuh"
 #include "wgmma.cuh"
 

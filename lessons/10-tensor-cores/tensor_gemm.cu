@@ -1,6 +1,6 @@
 // Lesson 10: the tensor-core GEMM versions v1..v4 (and v8, tensor_gemm_v8.cuh, included below),
-// the dispatcher, cuBLAS / cuBLASLt baselines, the peak and the CPU oracle. v5..v7 (Hopper,
-// sm_90a) are in tensor_gemm_sm90.cu. The API and the conventions are documented in
+// the dispatcher, cuBLAS / cuBLASLt baselines, the peak and the CPU oracle. v5..v7 and v9
+// (Hopper, sm_90a) are in tensor_gemm_sm90.cu. The API and the conventions are documented in
 // tensor_gemm.cuh.
 #include "tensor_gemm.cuh"
 
@@ -567,6 +567,8 @@ const std::vector<VersionInfo>& versions() {
       {7, "v7_wgmma_persistent", "v6's kernel, one block per SM looping over the tiles"},
       {8, "v8_splitk_small_m",
        "small M (inference): 16..64 x 64 tiles, K split over blocks, last block sums in order"},
+      {9, "v9_cluster_multicast",
+       "v6 on 2-block clusters along M: B's tile TMA-multicast to both, half loaded by each"},
   };
   return v;
 }
@@ -581,15 +583,21 @@ const VersionInfo& version_info(int number) {
 bool version_supported(int version, DType in, std::string* why_not) {
   version_info(version);
   int major = 0, minor = 0;
-  current_cc(&major, &minor);
+  const int device = current_cc(&major, &minor);
   const std::string cc = std::to_string(major) + "." + std::to_string(minor);
   std::string reason;
   cudaFuncAttributes attr{};
-  if (version >= 5 && version <= 7) {  // v5..v7: tensor_gemm_sm90.cu
-    if (!(major == 9 && minor == 0))
+  if ((version >= 5 && version <= 7) || version == 9) {  // v5..v7, v9: tensor_gemm_sm90.cu
+    if (!(major == 9 && minor == 0)) {
       reason = "wgmma and TMA need compute capability 9.0 (sm_90a code); this GPU is " + cc;
-    else if (!sm90_kernels_built())
+    } else if (!sm90_kernels_built()) {
       reason = "this build has no sm_90a code (the compiler could not build tensor_gemm_sm90.cu)";
+    } else if (version == 9) {
+      int clusters = 0;
+      CUDA_CHECK(cudaDeviceGetAttribute(&clusters, cudaDevAttrClusterLaunch, device));
+      if (clusters == 0)
+        reason = "v9 launches thread-block clusters, which this device does not support";
+    }
   } else if (version == 1) {
     const int need = in == DType::bf16 ? 80 : 70;
     if (in == DType::bf16)
@@ -652,7 +660,7 @@ void tensor_gemm(int version, int M, int N, int K, float alpha, const In* A, con
     throw std::invalid_argument(who + ": unknown activation " +
                                 std::to_string(static_cast<int>(act)));
   if (version == 1 && (bias != nullptr || act != Activation::none))
-    throw std::invalid_argument(who + ": the fused bias + activation epilogue is in v2..v8");
+    throw std::invalid_argument(who + ": the fused bias + activation epilogue is in v2..v9");
   if (!check_tensor_gemm_args(who.c_str(), M, N, K, A, B, C, version >= 2)) return;
   std::string why;
   if (!version_supported(version, dtype_of<In>(), &why))
@@ -689,6 +697,9 @@ void tensor_gemm(int version, int M, int N, int K, float alpha, const In* A, con
       break;
     case 8:
       launch_v8<In, Out>(0, who, M, N, K, A, B, C, e, stream);
+      break;
+    case 9:
+      gemm_v9_cluster<In, Out>(M, N, K, alpha, A, B, beta, C, bias, act, stream);
       break;
   }
 }

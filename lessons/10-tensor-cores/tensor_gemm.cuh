@@ -36,18 +36,23 @@
 //                  S blocks per tile so that enough of them stream B at once (v4's cp.async
 //                  ring, 4 stages), FP32 partials summed in a fixed order by the last block of
 //                  each tile (tensor_gemm_v8.cuh; the plan: namespace v8splitk below)
+//   v9_cluster_multicast  v6 on clusters of 2 blocks stacked along M (two tile rows, one tile
+//                  column): the pair shares B's 64x256 tile, each block TMA-loads half of it and
+//                  multicasts it into both blocks' shared memory, and a stage is refilled only
+//                  when the consumers of both blocks have released it (tensor_gemm_v9.cuh; the
+//                  map of blocks to tiles and B's halves: namespace v9cluster below)
 //
 // Conventions of every launcher:
 //  - Dense row-major device arrays. Any M, N, K >= 0; tiles at the edges are zero-filled.
 //  - M == 0 or N == 0: nothing to do (pointers may be null). K == 0: C = act(beta*C + bias).
 //  - beta == 0: C is not read (may hold NaN), as in BLAS.
-//  - Alignment: v1 has none. v2..v8 load 16-byte chunks (cp.async / TMA), so they need
+//  - Alignment: v1 has none. v2..v9 load 16-byte chunks (cp.async / TMA), so they need
 //    K % 8 == 0, N % 8 == 0 and A, B 16-byte aligned; otherwise std::invalid_argument saying so.
 //  - Errors: std::invalid_argument for a negative size, a null pointer that is used, more than
 //    INT_MAX elements in a matrix, an unknown version, the alignment above, or bias/act given to
 //    v1; NotSupported (a std::runtime_error) for a version this GPU or this build lacks
-//    (v2..v4 and v8 need compute capability 8.0 and a build for compute_80+; v5..v7 need exactly
-//    9.0); course::CudaError for a failed launch. Launches are asynchronous on `stream`.
+//    (v2..v4 and v8 need compute capability 8.0 and a build for compute_80+; v5..v7 and v9 need
+//    exactly 9.0); course::CudaError for a failed launch. Launches are asynchronous on `stream`.
 //  - v8 alone keeps state between calls: a workspace per (device, stream), allocated by the
 //    first call that needs it (gemm_v8_splitk says when, and what that means for CUDA graphs).
 #pragma once
@@ -351,6 +356,66 @@ struct SplitPlan {
 SplitPlan plan_splits(int M, int N, int K, int sm_count, int blocks_per_sm, int splits);
 }  // namespace v8splitk
 
+// ---------------------------------------------------------------- v9's cluster plan (CPU-tested)
+//
+// v9 runs v6's kernel (128 x 256 tiles of C, K tiles of 64, 48 KiB stages) on thread-block
+// clusters of two blocks (CUDA Programming Guide, "Thread Block Clusters"). The two blocks of a
+// cluster take two tiles stacked along M, tile rows 2p and 2p + 1 of one tile column: they need
+// the same 64 x 256 tile of B at every K step and different 128 x 64 tiles of A. Pairing along M
+// shares B, the larger operand (32 KiB of a 48 KiB stage, against 16 KiB of A): each block loads
+// its own A and half of B, and TMA multicasts each half into the shared memory of both blocks
+// (PTX ISA, "cp.async.bulk.tensor", .multicast::cluster), so a block reads 32 KiB from L2 per
+// stage instead of 48 and the pair's B tile crosses the L2 once. (Pairing along N would share A
+// and save 8 KiB per block.)
+//
+// The grid is 1-D, clusters of 2 consecutive blocks (cluster dimension 2 x 1 x 1). Cluster p takes
+// pair tile p in the grouped order of tile_coord over ceil(tiles_m / 2) pair rows (groups of
+// kGroupPairs pair rows = v6's 8 tile rows); the block of cluster rank r takes tile row
+// 2 x pair row + r. With an odd number of tile rows the last pair row's rank-1 block has no tile:
+// it still loads and multicasts its half of B (its peer needs it) and releases the stages after
+// them, but loads no A, multiplies nothing and writes nothing.
+namespace v9cluster {
+constexpr int kClusterSize = 2;  // blocks per cluster, along M
+constexpr int kGroupPairs = 4;   // pair rows per raster group: 8 tile rows, as v6
+constexpr int kBM = 128, kBN = 256, kBK = 64;
+constexpr int kBBoxes = kBN / 64;                        // B's tile: 4 TMA boxes of 64 x 64
+constexpr int kBBoxesPerBlock = kBBoxes / kClusterSize;  // 2 loaded by each block
+constexpr int kABytes = kBM * kBK * 2;                   // 16 KiB of A per stage
+constexpr int kBBoxBytes = kBK * 64 * 2;                 // 8 KiB per box of B
+constexpr int kConsumers = 2;                            // consumer warp groups per block
+// A stage's "empty" barrier completes when every consumer warp group of the cluster has released
+// the stage: each block's producer writes B into both blocks' shared memory.
+constexpr int kEmptyArrivals = kConsumers * kClusterSize;
+// The blocks a multicast writes: bit r is cluster rank r (both blocks).
+constexpr unsigned kMulticastMask = (1u << kClusterSize) - 1;
+static_assert(kBBoxes % kClusterSize == 0, "B's boxes split evenly over the cluster");
+
+// Blocks to launch for tiles_m x tiles_n tiles (tile rows rounded up to whole pairs).
+__host__ __device__ inline int grid_blocks(int tiles_m, int tiles_n) {
+  return kClusterSize * ceil_div(tiles_m, kClusterSize) * tiles_n;
+}
+struct BlockTile {
+  int m, n;       // tile row, tile column
+  bool has_tile;  // false: the rank-1 block of the last pair row when tiles_m is odd
+};
+// The tile of the block of cluster rank `rank` in cluster `cluster` (%clusterid.x).
+__host__ __device__ inline BlockTile block_tile(int cluster, int rank, int tiles_m, int tiles_n) {
+  const TileCoord pair = tile_coord(cluster, ceil_div(tiles_m, kClusterSize), tiles_n, kGroupPairs);
+  const int m = pair.m * kClusterSize + rank;
+  return {m, pair.n, m < tiles_m};
+}
+// The first of the kBBoxesPerBlock boxes of B (64 columns each, box b at columns 64 b of the
+// tile) that the block of cluster rank `rank` loads and multicasts.
+__host__ __device__ inline int first_b_box(int rank) {
+  return rank * kBBoxesPerBlock;
+}
+// The bytes a block's "full" barrier expects per stage: all of B (half from its own loads, half
+// from its peer's) and its own A; a block without a tile loads no A.
+__host__ __device__ constexpr unsigned stage_tx_bytes(bool has_tile) {
+  return kBBoxes * kBBoxBytes + (has_tile ? kABytes : 0);
+}
+}  // namespace v9cluster
+
 // ---------------------------------------------------------------- the launchers
 
 // A version the GPU or the build lacks: report "not supported on this GPU", not a failure.
@@ -377,7 +442,7 @@ constexpr DType dtype_of<__nv_bfloat16>() {
 }
 
 // One call of any version. In: __half or __nv_bfloat16; Out: float or In (instantiated for
-// those four pairs). bias: N floats on the device or null; act: none unless v2..v8.
+// those four pairs). bias: N floats on the device or null; act: none unless v2..v9.
 template <class In, class Out>
 void tensor_gemm(int version, int M, int N, int K, float alpha, const In* A, const In* B,
                  float beta, Out* C, const float* bias = nullptr, Activation act = Activation::none,
@@ -411,7 +476,7 @@ void gemm_v4_tile(V4Tile tile, int M, int N, int K, float alpha, const In* A, co
                   Activation act = Activation::none, cudaStream_t stream = nullptr);
 
 struct VersionInfo {
-  int number;        // 1..8, what --version takes
+  int number;        // 1..9, what --version takes
   const char* name;  // "v4_pipeline"
   const char* idea;  // one line
 };
@@ -426,7 +491,7 @@ constexpr int kHopperVersion = 5;  // the first wgmma kernel
 bool version_supported(int version, DType in, std::string* why_not = nullptr);
 
 // Throws std::invalid_argument (naming `who`) for the conventions above; returns false when
-// there is nothing to compute. `aligned16` asks for the v2..v8 alignment.
+// there is nothing to compute. `aligned16` asks for the v2..v9 alignment.
 bool check_tensor_gemm_args(const char* who, int M, int N, int K, const void* A, const void* B,
                             const void* C, bool aligned16);
 
@@ -446,6 +511,19 @@ void gemm_v6_wgmma_128x256(int M, int N, int K, float alpha, const In* A, const 
 template <class In, class Out>
 void gemm_v7_persistent(int blocks, int M, int N, int K, float alpha, const In* A, const In* B,
                         float beta, Out* C, const float* bias, Activation act, cudaStream_t stream);
+// v9: v6 on clusters of two blocks sharing B through TMA multicast (tensor_gemm_v9.cuh; the plan:
+// namespace v9cluster above), launched with cudaLaunchKernelEx and the cluster dimension 2 x 1 x
+// 1; tensor_gemm(9, ...) calls it after the checks (K > 0). Same types, conventions and epilogue
+// as v6. Errors: course::CudaError where the launch fails (e.g. cudaErrorClusterOutOfResources if
+// no two SMs of one GPC can hold the pair at once; not seen on an H200).
+template <class In, class Out>
+void gemm_v9_cluster(int M, int N, int K, float alpha, const In* A, const In* B, float beta, Out* C,
+                     const float* bias, Activation act, cudaStream_t stream);
+// How many of v9's clusters the current GPU holds at once (cudaOccupancyMaxActiveClusters for
+// v9's kernel and launch): 2 x this many SMs multiply at a time. A cluster's two blocks need two
+// SMs of one GPC with v6's 193 KiB of shared memory free, so a GPC with an odd number of usable
+// SMs leaves one idle. Call it only where version_supported(9, ...); throws CudaError.
+int v9_active_clusters();
 // Whether the sm_90a library holds real code (false if nvcc could not build it).
 bool sm90_kernels_built();
 
@@ -556,7 +634,7 @@ constexpr double kFp32U = 1.0 / (1 << 24);
 // The exercises write pieces of two real GEMMs; each stub's comment in exercise.cu is its
 // contract. The test binary lesson10_exercise_tests runs your exercise.cu; lesson10_tests, the
 // lesson binary and the benchmark run the solutions (solutions.cuh, solutions_sm90.cu), and
-// the course's own kernels v1..v8 never call the ex_ functions.
+// the course's own kernels v1..v9 never call the ex_ functions.
 //
 // Exercise 1: the shared-memory addresses of an mma.sync kernel whose tiles are XOR-swizzled:
 //   where element (row, col) of a tile with rows of `row_halves` halves is stored, and which

@@ -1,7 +1,8 @@
-// Lesson 10, v5 and v6: Hopper's TMA + wgmma, compiled ONLY for sm_90a (this file is its own
+// Lesson 10, v5..v7 and v9: Hopper's TMA + wgmma, compiled ONLY for sm_90a (this file is its own
 // static library, built with -gencode=arch=compute_90a,code=sm_90a; see CMakeLists.txt). The API
 // is in tensor_gemm.cuh; tensor_gemm(5, ...) and tensor_gemm(6, ...) check the arguments and the
-// GPU, then call gemm_v5_wgmma / gemm_v6_wgmma_128x256 here. v6 is v5 with the known Hopper
+// GPU, then call gemm_v5_wgmma / gemm_v6_wgmma_128x256 here (v9, the cluster version of v6, is
+// tensor_gemm_v9.cuh, included at the end). v6 is v5 with the known Hopper
 // steps, listed where it starts below; both share the barrier, TMA, descriptor and tensor-map
 // helpers of wgmma.cuh, and the consumers' K loop of solutions_sm90.cuh (exercise 3's answer).
 //
@@ -327,13 +328,23 @@ void gemm_v7_persistent(int blocks, int M, int N, int K, float alpha, const In* 
   launch_128x256(blocks, M, N, K, alpha, A, B, beta, C, bias, act, stream);
 }
 
+}  // namespace lesson10
+
+// v9, v6 on clusters of two blocks sharing B by TMA multicast: its own file, compiled in this
+// translation unit (it uses v6's configuration and write-out).
+#include "tensor_gemm_v9.cuh"
+
+namespace lesson10 {
+
 #define LESSON10_INSTANTIATE(In, Out)                                                             \
   template void gemm_v5_wgmma<In, Out>(int, int, int, float, const In*, const In*, float, Out*,   \
                                        const float*, Activation, cudaStream_t);                   \
   template void gemm_v6_wgmma_128x256<In, Out>(int, int, int, float, const In*, const In*, float, \
                                                Out*, const float*, Activation, cudaStream_t);     \
   template void gemm_v7_persistent<In, Out>(int, int, int, int, float, const In*, const In*,      \
-                                            float, Out*, const float*, Activation, cudaStream_t);
+                                            float, Out*, const float*, Activation, cudaStream_t); \
+  template void gemm_v9_cluster<In, Out>(int, int, int, float, const In*, const In*, float, Out*, \
+                                         const float*, Activation, cudaStream_t);
 LESSON10_INSTANTIATE(__half, float)
 LESSON10_INSTANTIATE(__half, __half)
 LESSON10_INSTANTIATE(__nv_bfloat16, float)

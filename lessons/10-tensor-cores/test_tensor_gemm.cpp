@@ -24,9 +24,11 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <random>
 #include <set>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "common/cuda_check.hpp"
@@ -545,9 +547,11 @@ TEST_CASE("bad arguments throw std::invalid_argument before any CUDA call", "[cp
                     Contains("C is null"));
   CHECK_THROWS_WITH(tensor_gemm(4, 8, 8, 8, 1.0f, static_cast<__half*>(nullptr), p, 0.0f, c),
                     Contains("null"));
-  CHECK_THROWS_WITH(tensor_gemm(9, 8, 8, 8, 1.0f, p, p, 0.0f, c), Contains("unknown version"));
+  CHECK_THROWS_WITH(tensor_gemm(10, 8, 8, 8, 1.0f, p, p, 0.0f, c), Contains("unknown version"));
   CHECK_THROWS_WITH(tensor_gemm(1, 8, 8, 8, 1.0f, p, p, 0.0f, c, nullptr, Activation::relu),
-                    Contains("v2..v8"));
+                    Contains("v2..v9"));
+  CHECK_THROWS_WITH(tensor_gemm(9, 8, 8, 12, 1.0f, p, p, 0.0f, c), Contains("multiples of 8"));
+  CHECK_THROWS_WITH(tensor_gemm(9, 8, 8, 8, 1.0f, p + 1, p, 0.0f, c), Contains("16-byte"));
   CHECK_THROWS_WITH(tensor_gemm(8, 8, 8, 12, 1.0f, p, p, 0.0f, c), Contains("multiples of 8"));
   CHECK_THROWS_WITH(gemm_v8_splitk(-1, 8, 8, 8, 1.0f, p, p, 0.0f, c), Contains("splits"));
   CHECK_THROWS_WITH(gemm_v8_splitk(v8splitk::kMaxSplits + 1, 8, 8, 8, 1.0f, p, p, 0.0f, c),
@@ -640,6 +644,234 @@ TEST_CASE("v8's split plan: one wave, slices of 4+ K tiles, a short tail, and th
                   (p.splits > 1 ? static_cast<std::size_t>(p.splits) * M * N : 0));
             CHECK(p.tickets == (p.splits > 1 ? static_cast<std::size_t>(tiles) : 0));
           }
+}
+
+// ---------------------------------------------------------------- CPU: v9's clusters
+
+TEST_CASE(
+    "v9's clusters: a pair is two tile rows of one column, every tile once, idle blocks "
+    "only on an odd last row",
+    "[cpu][v9]") {
+  using namespace v9cluster;
+  for (int tiles_m = 1; tiles_m <= 21; ++tiles_m)
+    for (int tiles_n = 1; tiles_n <= 6; ++tiles_n) {
+      INFO("tiles " << tiles_m << " x " << tiles_n);
+      const int blocks = grid_blocks(tiles_m, tiles_n);
+      REQUIRE(blocks % kClusterSize == 0);
+      CHECK(blocks == (tiles_m + tiles_m % 2) * tiles_n);
+      std::vector<int> seen(static_cast<std::size_t>(tiles_m) * tiles_n, 0);
+      int idle = 0;
+      for (int cluster = 0; cluster < blocks / kClusterSize; ++cluster) {
+        const BlockTile t0 = block_tile(cluster, 0, tiles_m, tiles_n);
+        const BlockTile t1 = block_tile(cluster, 1, tiles_m, tiles_n);
+        // One column of B for both; consecutive rows, the even one first.
+        CHECK(t0.n == t1.n);
+        CHECK(t0.m % 2 == 0);
+        CHECK(t1.m == t0.m + 1);
+        CHECK(t0.has_tile);  // rank 0 always has a tile: only rank 1 can run off the last row
+        for (const BlockTile& t : {t0, t1}) {
+          REQUIRE(t.n >= 0);
+          REQUIRE(t.n < tiles_n);
+          CHECK(t.has_tile == (t.m < tiles_m));
+          if (t.has_tile) {
+            ++seen[static_cast<std::size_t>(t.m) * tiles_n + t.n];
+          } else {
+            CHECK(t.m == tiles_m);
+            ++idle;
+          }
+        }
+      }
+      CHECK(std::count(seen.begin(), seen.end(), 1) == static_cast<long>(seen.size()));
+      CHECK(idle == (tiles_m % 2 == 1 ? tiles_n : 0));
+    }
+  // The raster groups: 4 pair rows = v6's 8 tile rows, column by column within a group.
+  const int tm = 11, tn = 3;  // 6 pair rows: a group of 4, then one of 2
+  CHECK(block_tile(0, 0, tm, tn).m == 0);
+  CHECK(block_tile(1, 0, tm, tn).m == 2);
+  CHECK(block_tile(3, 1, tm, tn).m == 7);
+  CHECK(block_tile(4, 0, tm, tn).n == 1);
+  CHECK(block_tile(12, 0, tm, tn).m == 8);
+  CHECK(block_tile(13, 1, tm, tn).m == 11);
+  CHECK_FALSE(block_tile(13, 1, tm, tn).has_tile);
+}
+
+TEST_CASE(
+    "v9's multicast: each of B's boxes is loaded by one block and written to both; a stage "
+    "expects v6's 48 KiB",
+    "[cpu][v9]") {
+  using namespace v9cluster;
+  std::vector<int> loads(kBBoxes, 0);
+  for (int rank = 0; rank < kClusterSize; ++rank) {
+    CHECK((kMulticastMask >> rank & 1u) == 1u);  // every block receives every box
+    for (int b = first_b_box(rank); b < first_b_box(rank) + kBBoxesPerBlock; ++b) {
+      REQUIRE(b >= 0);
+      REQUIRE(b < kBBoxes);
+      ++loads[b];
+    }
+  }
+  CHECK(kMulticastMask == 3u);
+  CHECK(std::count(loads.begin(), loads.end(), 1) == kBBoxes);
+  CHECK(first_b_box(0) == 0);
+  CHECK(first_b_box(1) == 2);  // rank 1 loads columns 128..255 of the tile
+  CHECK(stage_tx_bytes(true) == 48 * 1024);
+  CHECK(stage_tx_bytes(false) == 32 * 1024);
+  CHECK(kEmptyArrivals == 4);
+  // What a block reads from L2 per stage: its A and its half of B.
+  CHECK(kABytes + kBBoxesPerBlock * kBBoxBytes == 32 * 1024);
+}
+
+namespace {
+// v9's ring protocol, simulated: two blocks, each a producer and two consumer warp groups, 4
+// stages, TMA transfers and remote arrivals that land in any order and at any later time, run
+// under random interleavings. The barriers behave as PTX's mbarrier (an arrival count and a
+// transaction count per phase; try_wait.parity(p) passes once the phase of parity p has completed).
+// Checked: no transfer lands in a stage that a consumer of its block is still reading; a consumer
+// reads a stage only when all of that use's bytes are in; every transaction lands in the phase of
+// its use (never one phase early); and the run ends with everything consumed (no deadlock).
+// `variant` breaks one rule of the kernel, to show that the simulation catches it:
+//   0: the kernel's protocol; 1: consumers release only their own block's stage (empty counts
+//   2); 2: the block without a tile releases a stage without waiting for it to fill.
+struct Barrier {
+  int phase = 0, pending = 0, count = 0;
+  long tx = 0;
+  void init(int n) { phase = 0, pending = count = n, tx = 0; }
+  bool passed(int parity) const { return (phase & 1) != parity; }
+  void settle() {
+    if (pending == 0 && tx == 0) ++phase, pending = count;
+  }
+};
+
+struct Transfer {
+  int dst, stage, use, bytes;
+};
+
+// Returns the first violation found, or "" when the run completed cleanly.
+std::string simulate_v9_ring(int k_tiles, bool rank1_has_tile, int variant, std::uint32_t seed) {
+  using namespace v9cluster;
+  constexpr int kStages = 4;
+  const bool has_tile[2] = {true, rank1_has_tile};
+  const int empty_count = variant == 1 ? kConsumers : kEmptyArrivals;
+  Barrier full[2][kStages], empty[2][kStages];
+  int landed_use[2][kStages], landed_bytes[2][kStages];
+  for (int c = 0; c < 2; ++c)
+    for (int s = 0; s < kStages; ++s) {
+      full[c][s].init(1);
+      empty[c][s].init(empty_count);
+      landed_use[c][s] = -1;
+      landed_bytes[c][s] = 0;
+    }
+  int produced[2] = {0, 0};
+  int consumed[2][2] = {{0, 0}, {0, 0}};
+  int reading[2][2] = {{-1, -1}, {-1, -1}};  // the stage a consumer's wgmma may still read
+  bool done[2][2] = {{false, false}, {false, false}};
+  std::vector<Transfer> flying;
+  std::vector<std::pair<int, int>> arriving;  // (block, stage): releases on their way
+  std::mt19937 rng(seed);
+  std::string error;
+
+  const auto release = [&](int c, int s) {
+    for (int r = 0; r < 2; ++r)
+      if (variant != 1 || r == c) arriving.push_back({r, s});
+  };
+  for (;;) {
+    // Everything that can take a step now: producers (0, 1), consumers (2 + 2c + w), transfers.
+    std::vector<int> can;
+    for (int c = 0; c < 2; ++c) {
+      const int kt = produced[c];
+      if (kt < k_tiles &&
+          (kt < kStages || empty[c][kt % kStages].passed(pipeline_phase(kt - kStages, kStages))))
+        can.push_back(c);
+      for (int w = 0; w < 2; ++w) {
+        const int t = consumed[c][w];
+        if (done[c][w]) continue;
+        if (t == k_tiles || full[c][t % kStages].passed(pipeline_phase(t, kStages)) ||
+            (variant == 2 && !has_tile[c]))
+          can.push_back(2 + 2 * c + w);
+      }
+    }
+    const int events = static_cast<int>(flying.size() + arriving.size());
+    for (int i = 0; i < events; ++i) can.push_back(100 + i);
+    if (can.empty()) break;
+    const int pick = can[rng() % can.size()];
+    if (pick < 2) {  // producer: expect_tx + arrive, then issue the TMA loads
+      const int c = pick, kt = produced[c]++, s = kt % kStages;
+      if (full[c][s].phase != kt / kStages) error = "a producer arrived in the wrong phase";
+      full[c][s].tx += stage_tx_bytes(has_tile[c]);
+      --full[c][s].pending;
+      full[c][s].settle();
+      if (has_tile[c]) flying.push_back({c, s, kt, kABytes});
+      for (int b = first_b_box(c); b < first_b_box(c) + kBBoxesPerBlock; ++b)
+        for (int r = 0; r < 2; ++r)
+          if (kMulticastMask >> r & 1u) flying.push_back({r, s, kt, kBBoxBytes});
+    } else if (pick < 100) {  // consumer warp group w of block c, v6's schedule (one in flight)
+      const int c = (pick - 2) / 2, w = (pick - 2) % 2, kt = consumed[c][w];
+      if (kt == k_tiles) {
+        if (has_tile[c] && kt > 0) release(c, reading[c][w]);
+        reading[c][w] = -1;
+        done[c][w] = true;
+      } else if (!has_tile[c]) {
+        release(c, kt % kStages);
+        ++consumed[c][w];
+      } else {
+        const int s = kt % kStages;
+        if (landed_use[c][s] != kt || landed_bytes[c][s] != static_cast<int>(stage_tx_bytes(true)))
+          error = "a consumer read a stage before all of its use's bytes were in";
+        const int previous = reading[c][w];
+        reading[c][w] = s;
+        if (kt > 0) release(c, previous);
+        ++consumed[c][w];
+      }
+    } else if (pick - 100 >= static_cast<int>(flying.size())) {  // an arrival on "empty"
+      const std::size_t i = static_cast<std::size_t>(pick - 100) - flying.size();
+      Barrier& b = empty[arriving[i].first][arriving[i].second];
+      arriving.erase(arriving.begin() + static_cast<long>(i));
+      if (b.pending <= 0) error = "an empty barrier got more arrivals than it counts";
+      --b.pending;
+      b.settle();
+    } else {  // a transfer lands: the bytes, then complete_tx on the destination's barrier
+      const std::size_t i = static_cast<std::size_t>(pick - 100);
+      const Transfer t = flying[i];
+      flying.erase(flying.begin() + static_cast<long>(i));
+      for (int w = 0; w < 2; ++w)
+        if (reading[t.dst][w] == t.stage) error = "a transfer overwrote a stage being read";
+      if (landed_use[t.dst][t.stage] != t.use) {
+        landed_use[t.dst][t.stage] = t.use;
+        landed_bytes[t.dst][t.stage] = 0;
+      }
+      landed_bytes[t.dst][t.stage] += t.bytes;
+      Barrier& b = full[t.dst][t.stage];
+      if (b.phase != t.use / kStages) error = "a transfer completed in another use's phase";
+      b.tx -= t.bytes;
+      b.settle();
+    }
+    if (!error.empty()) return error;
+  }
+  for (int c = 0; c < 2; ++c)
+    for (int w = 0; w < 2; ++w)
+      if (!done[c][w] || produced[c] != k_tiles) return "deadlock: a block never finished";
+  return "";
+}
+}  // namespace
+
+TEST_CASE(
+    "v9's cluster ring, simulated: no stage refilled while either block reads it, no "
+    "phase mixes two uses, no deadlock",
+    "[cpu][v9]") {
+  for (const bool rank1_has_tile : {true, false})
+    for (const int k_tiles : {1, 2, 3, 4, 5, 8, 13})
+      for (std::uint32_t seed = 1; seed <= 300; ++seed) {
+        INFO("k_tiles " << k_tiles << ", rank 1 has a tile " << rank1_has_tile << ", seed "
+                        << seed);
+        REQUIRE(simulate_v9_ring(k_tiles, rank1_has_tile, 0, seed).empty());
+      }
+  // The same simulation with one rule broken finds the failure (a test that cannot fail ...).
+  const auto caught = [](int variant, bool rank1_has_tile) {
+    for (std::uint32_t seed = 1; seed <= 300; ++seed)
+      if (!simulate_v9_ring(9, rank1_has_tile, variant, seed).empty()) return true;
+    return false;
+  };
+  CHECK(caught(1, true));   // a producer refills a stage its peer's consumers still read
+  CHECK(caught(2, false));  // the next use's bytes land in a phase still counting the last use's
 }
 
 // ---------------------------------------------------------------- GPU
@@ -1010,6 +1242,99 @@ TEST_CASE("v6 with C at an odd element offset gives the same bits as aligned C",
   CHECK(differ == 0);
 }
 
+// ---------------------------------------------------------------- GPU: v9, clusters
+
+TEST_CASE("v9 clusters with TMA multicast: every element vs FP64", "[gpu][v9]") {
+  check_all_types(9);
+  check_version_vs_cublas<__nv_bfloat16, float>(9);
+  // The 128x256 edges: 1, 3 (M = 257, 300, 384) and 10 tile rows, so both odd counts (the last
+  // pair's rank-1 block has no tile) and even ones.
+  if (supported(9, DType::f16)) check_128x256_edges(ByVersion{9});
+}
+
+TEST_CASE("v9's clusters fit the GPU: at least one resident, at most one block per SM",
+          "[gpu][v9]") {
+  if (!supported(9, DType::f16)) return;
+  int device = 0, sms = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  const int clusters = v9_active_clusters();
+  INFO(clusters << " clusters of 2 on " << sms << " SMs");
+  CHECK(clusters >= 1);
+  CHECK(2 * clusters <= sms);
+}
+
+// v9's own edges: odd numbers of tile rows (a block with no tile in every column of the last pair
+// row) alone and across raster groups of 4 pair rows, exact multiples of the tile, a single tile
+// column of 8, a K of one partial tile (K = 8) and Ks that wrap the 4-stage ring (K = 264: 5 K
+// tiles; 520: 9).
+TEST_CASE(
+    "v9 with odd tile rows, several raster groups, small K and a wrapping ring: every "
+    "element vs FP64",
+    "[gpu][v9]") {
+  if (!supported(9, DType::f16)) return;
+  const std::vector<Case> cases = {
+      {128, 256, 64},    // 1 tile row: half of the one cluster has no tile
+      {384, 512, 8},     // 3 tile rows, exact; K = 8
+      {383, 8, 520},     // 3 tile rows, one 8-wide tile column, 9 K tiles
+      {1300, 776, 264},  // 11 tile rows (6 pair rows: groups of 4 and 2), 4 tile columns
+      {2305, 264, 136},  // 19 tile rows (10 pair rows: 4, 4, 2), 2 tile columns
+      {1024, 520, 72},   // 8 tile rows: every block has a tile
+  };
+  for (const Case& c : cases) {
+    const auto gemm = [&](auto in, auto out, float alpha, float beta, Activation act) {
+      using In = decltype(in);
+      using Out = decltype(out);
+      check_against_reference<In, Out>(c.M, c.N, c.K, alpha, beta, act != Activation::none, act,
+                                       [&](const In* A, const In* B, Out* C, const float* bias) {
+                                         tensor_gemm(9, c.M, c.N, c.K, alpha, A, B, beta, C, bias,
+                                                     act);
+                                       });
+    };
+    gemm(__half{}, float{}, 1.0f, 0.0f, Activation::none);
+    gemm(__nv_bfloat16{}, __nv_bfloat16{}, 1.5f, -0.5f, Activation::none);
+  }
+  check_against_reference<__half, __half>(
+      1300, 776, 264, 1.0f, 0.5f, true, Activation::gelu,
+      [](const __half* A, const __half* B, __half* C, const float* bias) {
+        tensor_gemm(9, 1300, 776, 264, 1.0f, A, B, 0.5f, C, bias, Activation::gelu);
+      });
+}
+
+// v9 issues v6's wgmma on v6's shared-memory layout in v6's order: the same bits, whether C is
+// aligned for the vector stores or at an odd element offset (the scalar path). beta != 0 and
+// ReLU, as in v4's test: no multiply left that two kernels could contract differently.
+TEST_CASE("v9 gives v6's bits, with C aligned and at an odd element offset", "[gpu][v9]") {
+  if (!supported(9, DType::f16) || !supported(6, DType::f16)) return;
+  for (const Case& c : std::vector<Case>{{257, 264, 72}, {1300, 776, 264}, {128, 8, 8}}) {
+    INFO("M " << c.M << " N " << c.N << " K " << c.K);
+    const std::size_t an = std::size_t{1} * c.M * c.K, bn = std::size_t{1} * c.K * c.N,
+                      cn = std::size_t{1} * c.M * c.N;
+    course::DeviceBuffer<__half> A(an), B(bn), C6(cn), C9(cn), C9_odd(cn + 1);
+    course::DeviceBuffer<float> bias(c.N);
+    fill_uniform(A.data(), an, 41, -1.0f, 1.0f);
+    fill_uniform(B.data(), bn, 42, -1.0f, 1.0f);
+    fill_uniform(bias.data(), c.N, 43, -1.0f, 1.0f);
+    for (__half* p : {C6.data(), C9.data(), C9_odd.data() + 1})
+      fill_uniform(p, cn, 44, -1.0f, 1.0f);
+    tensor_gemm(6, c.M, c.N, c.K, 1.5f, A.data(), B.data(), 0.5f, C6.data(), bias.data(),
+                Activation::relu);
+    tensor_gemm(9, c.M, c.N, c.K, 1.5f, A.data(), B.data(), 0.5f, C9.data(), bias.data(),
+                Activation::relu);
+    tensor_gemm(9, c.M, c.N, c.K, 1.5f, A.data(), B.data(), 0.5f, C9_odd.data() + 1, bias.data(),
+                Activation::relu);
+    const std::vector<__half> v6 = course::to_host(C6), v9 = course::to_host(C9),
+                              odd = course::to_host(C9_odd);
+    std::size_t differ = 0, differ_odd = 0;
+    for (std::size_t i = 0; i < cn; ++i) {
+      if (std::memcmp(&v6[i], &v9[i], sizeof(__half)) != 0) ++differ;
+      if (std::memcmp(&v6[i], &odd[i + 1], sizeof(__half)) != 0) ++differ_odd;
+    }
+    CHECK(differ == 0);
+    CHECK(differ_odd == 0);
+  }
+}
+
 // ---------------------------------------------------------------- GPU: v8, split-K
 
 TEST_CASE("v8 split-K: every element vs FP64", "[gpu][v8]") {
@@ -1240,7 +1565,7 @@ TEST_CASE("v8 in a CUDA graph: no allocation in a capture; replayed twice, the s
 }
 
 TEST_CASE("on compute capability 9.0 every version is supported (an H200 build)",
-          "[gpu][v5][v6][v7][v8]") {
+          "[gpu][v5][v6][v7][v8][v9]") {
   int device = 0, major = 0, minor = 0;
   CUDA_CHECK(cudaGetDevice(&device));
   CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
@@ -1256,8 +1581,8 @@ TEST_CASE("on compute capability 9.0 every version is supported (an H200 build)"
     }
 }
 
-TEST_CASE("on other GPUs v5..v7 report NotSupported, not a crash", "[gpu]") {
-  for (const int v : {5, 6, 7}) {
+TEST_CASE("on other GPUs v5..v7 and v9 report NotSupported, not a crash", "[gpu]") {
+  for (const int v : {5, 6, 7, 9}) {
     if (version_supported(v, DType::f16)) continue;
     course::DeviceBuffer<__half> A(64), B(64);
     course::DeviceBuffer<float> C(64);

@@ -1,4 +1,4 @@
-// Lesson 10: the Hopper building blocks (sm_90a) that v5..v7 (tensor_gemm_sm90.cu) and exercise
+// Lesson 10: the Hopper building blocks (sm_90a) that v5..v7, v9 (tensor_gemm_sm90.cu) and exercise
 // 3's kernel (exercise_kernels_sm90.cuh) share: mbarriers, TMA loads and tensor maps, the wgmma
 // matrix descriptor and instructions, and the register write-out of a wgmma accumulator tile.
 //
