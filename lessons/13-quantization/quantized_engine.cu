@@ -1,12 +1,12 @@
 // Lesson 13: the INT8 engine's own kernels (quantized_engine.hpp, namespace detail): the input
 // quantisation, max pool / upsample / copy on INT8 or E4M3 codes, and the reformat between
-// storages. Memory-bound and simple on purpose: one thread per output element, a grid-stride
-// loop, 64-bit indices. The convolutions are conv_int8_gpu's / conv_fp8_gpu's
-// (int8_conv_gpu.hpp, fp8_conv_gpu.hpp) and lesson 12's. The E4M3 conversions are quantize.hpp's
-// __host__ __device__ functions, the ones the host oracles call, so that the two agree by
-// construction (CUDA's cvt.rn.satfinite.e4m3x2.f32 gives the same bits, test_quantize.cpp, in
-// one instruction instead of a few dozen; these kernels are a small part of the engine's time).
+// storages. Memory-bound and simple on purpose: one thread per output element (or 4 codes), a
+// grid-stride loop, 32-bit indices (checked at launch). The convolutions are conv_int8_gpu's /
+// conv_fp8_gpu's (int8_conv_gpu.hpp, fp8_conv_gpu.hpp) and lesson 12's. The E4M3 conversions
+// compute quantize.hpp's functions with cuda_fp8.h's (one instruction each on compute capability
+// 8.9+, instead of a few dozen; see quantize_e4m3 below).
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime_api.h>
 #include <stdint.h>
 
@@ -17,7 +17,6 @@
 #include <string>
 
 #include "common/cuda_check.hpp"
-#include "quantize.hpp"  // fp8_e4m3_from_float, fp8_e4m3_to_float (__host__ __device__)
 #include "quantized_engine.hpp"
 
 namespace lesson13 {
@@ -46,12 +45,17 @@ __device__ __forceinline__ float dequantize_code(int8_t q, float scale) {
 }
 
 // quantize_fp8_e4m3 / dequantize_fp8_e4m3 (quantize.hpp) with IEEE division and product (the
-// host's x / scale and e4m3(c) * scale, whatever contraction the compiler might choose).
+// host's x / scale and e4m3(c) * scale, whatever contraction the compiler might choose). The
+// conversions are cuda_fp8.h's: on compute capability 8.9+ one cvt instruction each
+// (cvt.rn.satfinite.e4m3x2.f32, and E4M3 -> half, exact), elsewhere its software emulation;
+// test_quantize.cpp checks that __nv_cvt_float_to_fp8 gives fp8_e4m3_from_float's bits, and the
+// engine's kernel tests compare these kernels with the host's quantize.hpp byte for byte.
 __device__ __forceinline__ uint8_t quantize_e4m3(float x, float scale) {
-  return fp8_e4m3_from_float(__fdiv_rn(x, scale));
+  return static_cast<uint8_t>(
+      __nv_cvt_float_to_fp8(__fdiv_rn(x, scale), __NV_SATFINITE, __NV_E4M3));
 }
 __device__ __forceinline__ float dequantize_e4m3(uint8_t c, float scale) {
-  return __fmul_rn(fp8_e4m3_to_float(c), scale);
+  return __fmul_rn(__half2float(__half(__nv_cvt_fp8_to_halfraw(c, __NV_E4M3))), scale);
 }
 
 __device__ __forceinline__ float load_value(const void* base, long long i, BufferStorage t,
