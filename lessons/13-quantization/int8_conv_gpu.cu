@@ -678,8 +678,8 @@ __global__ void __launch_bounds__(kImgThreads)
     }
     // 3. The epilogue, conv_int8_mma's per element. The 16 sums go through this thread's slot
     // of shared memory, so that the epilogue is a loop over them rather than 16 inlined copies
-    // (conv_int8_mma's reason: 16 copies of the certified epilogue made this kernel 4.5x slower
-    // with the exact epilogue than with the fast one, on an H200, YOLOv8n's model.0 at batch 32).
+    // (conv_int8_mma's reason; here, YOLOv8n's model.0 at batch 32 on an H200 with the exact
+    // epilogue: 369 us with the copies, 294 us with the loop).
     slot[0] = make_int4(acc[0], acc[1], acc[2], acc[3]);
     slot[1] = make_int4(acc[4], acc[5], acc[6], acc[7]);
     slot[2] = make_int4(acc[8], acc[9], acc[10], acc[11]);
