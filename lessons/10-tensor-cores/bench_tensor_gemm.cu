@@ -3,13 +3,15 @@
 //   all_versions_4096/<name>     FP16 in and out, FP32 accumulation, 4096^3: cuBLAS, v1..v7, v9,
 //   and
 //                                v4 with its other tiles (gemm_v4_tile): 128x128 with K tiles of
-//                                32 (v4 as first written), 128x256 (K 32), the tuned 3-stage
-//   bf16_4096/<name>             the same in BF16: cuBLAS, v4..v7, v9
+//                                32 (v4 as first written), 128x256 (K 32), the tuned 3-stage;
+//                                and cutlass_fp16, the CUTLASS 3.x baseline (cutlass_gemm.cuh),
+//                                in builds that have it
+//   bf16_4096/<name>             the same in BF16: cuBLAS, v4..v7, v9 (and cutlass_bf16)
 //   epilogue_4096/<name>         C = GELU(A B + bias): cuBLASLt's GELU_BIAS epilogue, v4..v7
 //                                and v9 fused, and v5..v7, v9 without an epilogue (what the
 //                                fusion costs)
 //   sweep/<name>/<n>             squares n = 512 .. 8192: cuBLAS, v4 (tuned and 128x128 K 32),
-//                                v5..v7, v9
+//                                v5..v7, v9 (and cutlass_fp16)
 //   fc/<name>/<batch>            a fully connected layer 4096 -> 4096 at batch 1..32 (M = batch):
 //                                cuBLAS, v4..v7 and v8 (split-K, written for these shapes)
 //   conv1x1/<name>/<MxNxK>       1x1 convolutions as GEMM (M = batch x pixels, N = out channels,
@@ -20,7 +22,9 @@
 // Counters: TFLOP/s (2MNK / GPU time), %peak (of the dense FP16 tensor peak read from the device:
 // tensor_gemm.cuh), %cublas (of the cuBLAS run of the same shape and type registered just before;
 // tools/bench_report.py recomputes the ratios from the JSON medians). A version this GPU lacks
-// reports "not supported on this GPU" as the benchmark's error; the others still run.
+// reports "not supported on this GPU" as the benchmark's error; the others still run. The
+// cutlass_* rows are registered only where the build found CUTLASS (cutlass_gemm_built()); they
+// are compared with cuBLAS like the versions.
 #include <functional>
 #include <map>
 #include <stdexcept>
@@ -31,6 +35,7 @@
 #include "common/bench.hpp"
 #include "common/memory.hpp"
 #include "common/stream.hpp"
+#include "cutlass_gemm.cuh"
 #include "tensor_gemm.cuh"
 
 using namespace lesson10;
@@ -77,8 +82,9 @@ std::map<std::string, std::string>& baseline_shape() {
   return m;
 }
 
-// What one benchmark runs: `who` = -1 cuBLAS, -2 cuBLASLt, kV4Tile + t v4 with V4Tile t, else a
-// version number.
+// What one benchmark runs: `who` = -1 cuBLAS, -2 cuBLASLt, kCutlass the CUTLASS 3.x baseline,
+// kV4Tile + t v4 with V4Tile t, else a version number.
+constexpr int kCutlass = 30;
 constexpr int kV4Tile = 40;
 struct Spec {
   std::string name;
@@ -97,6 +103,8 @@ void enqueue(const Spec& s, Problem<T>& p, cudaStream_t st) {
   else if (s.who == -2)
     cublaslt_gemm(blas(), p.M, p.N, p.K, 1.0f, p.A.data(), p.B.data(), 0.0f, p.C.data(), bias,
                   s.act, st);
+  else if (s.who == kCutlass)
+    cutlass_gemm(p.M, p.N, p.K, 1.0f, p.A.data(), p.B.data(), 0.0f, p.C.data(), st);
   else if (s.who >= kV4Tile)
     gemm_v4_tile(static_cast<V4Tile>(s.who - kV4Tile), p.M, p.N, p.K, 1.0f, p.A.data(), p.B.data(),
                  0.0f, p.C.data(), bias, s.act, st);
@@ -157,13 +165,22 @@ bool register_all() {
       specs.push_back(
           {prefix + version_info(v).name + suffix, M, N, K, bf16, v, Activation::none, base});
   };
+  // The CUTLASS 3.x baseline, after the group's cuBLAS row (the %cublas it is compared with).
+  const auto add_cutlass = [&](const std::string& prefix, const std::string& suffix, int n,
+                               bool bf16) {
+    if (!cutlass_gemm_built()) return;
+    specs.push_back({prefix + (bf16 ? "cutlass_bf16" : "cutlass_fp16") + suffix, n, n, n, bf16,
+                     kCutlass, Activation::none, bf16 ? "cublas_bf16" : "cublas_fp16"});
+  };
   add_group("all_versions_4096/", "", 4096, 4096, 4096, false, {1, 2, 3, 4, 5, 6, 7, 9});
+  add_cutlass("all_versions_4096/", "", 4096, false);
   for (const auto& [suffix, tile] :
        {std::pair{"_128x128_k32", V4Tile::t128x128_s4}, std::pair{"_128x256", V4Tile::t128x256_s3},
         std::pair{"_128x256_k64_s3", V4Tile::t128x256_k64_s3}})
     specs.push_back({std::string("all_versions_4096/v4_pipeline") + suffix, 4096, 4096, 4096, false,
                      kV4Tile + static_cast<int>(tile), Activation::none, "cublas_fp16"});
   add_group("bf16_4096/", "", 4096, 4096, 4096, true, {4, 5, 6, 7, 9});
+  add_cutlass("bf16_4096/", "", 4096, true);
   specs.push_back({"epilogue_4096/cublaslt_bias_gelu", 4096, 4096, 4096, false, -2,
                    Activation::gelu, "cublaslt_gelu"});
   for (const int v : {4, 5, 6, 7, 9})
@@ -174,6 +191,7 @@ bool register_all() {
                      4096, 4096, false, v, Activation::none, "cublaslt_gelu"});
   for (const int n : {512, 1024, 2048, 4096, 8192}) {
     add_group("sweep/", "/" + std::to_string(n), n, n, n, false, {4, 5, 6, 7, 9});
+    add_cutlass("sweep/", "/" + std::to_string(n), n, false);
     specs.push_back({"sweep/v4_pipeline_128x128_k32/" + std::to_string(n), n, n, n, false,
                      kV4Tile + static_cast<int>(V4Tile::t128x128_s4), Activation::none,
                      "cublas_fp16"});

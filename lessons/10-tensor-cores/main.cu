@@ -3,9 +3,10 @@
 //   lesson10 [--size S | --m M --n N --k K] [--version V]... [--reps R] [--help]
 //
 // 1. The version table at one shape (default 4096^3), FP16 in and out, FP32 accumulation:
-//    cuBLAS (cublasGemmEx, CUBLAS_COMPUTE_32F) first, then each version; every element of every
-//    result is checked against cuBLAS; time, TFLOP/s, % of cuBLAS, % of the FP16 tensor peak.
-// 2. BF16: the best versions against cuBLAS in BF16.
+//    cuBLAS (cublasGemmEx, CUBLAS_COMPUTE_32F) first, then each version, then the CUTLASS 3.x
+//    baseline (cutlass_gemm.cuh) where the build has it; every element of every result is
+//    checked against cuBLAS; time, TFLOP/s, % of cuBLAS, % of the FP16 tensor peak.
+// 2. BF16: the best versions (and CUTLASS) against cuBLAS in BF16.
 // 3. The fused bias + GELU epilogue of the fastest version against cuBLASLt's
 //    (CUBLASLT_EPILOGUE_GELU_BIAS).
 // 4. A small sweep of inference shapes (fully connected layer at batch 1..32, 1x1 convolution):
@@ -20,6 +21,7 @@
 #include <functional>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include "common/cuda_check.hpp"
@@ -30,6 +32,7 @@
 #include "common/stream.hpp"
 #include "common/timing.hpp"
 #include "ceiling.cuh"
+#include "cutlass_gemm.cuh"
 #include "tensor_gemm.cuh"
 
 using namespace lesson10;
@@ -105,23 +108,29 @@ std::size_t count_bad(const Problem<In>& p, const course::DeviceBuffer<Out>& got
   return bad;
 }
 
-// One checked run of version v (every element vs cuBLAS), then its median time.
+// One checked run of `call` writing C (every element vs cuBLAS), then its median time.
 struct Measured {
   double ms;
   std::size_t bad;
 };
-template <class In>
-Measured run_checked(int v, const Problem<In>& p, course::DeviceBuffer<In>& C, int reps,
+template <class In, class F>
+Measured run_checked(F&& call, const Problem<In>& p, course::DeviceBuffer<In>& C, int reps,
                      cudaStream_t s) {
-  const auto call = [&] {
-    tensor_gemm(v, p.M, p.N, p.K, 1.0f, p.A.data(), p.B.data(), 0.0f, C.data(), nullptr,
-                Activation::none, s);
-  };
   CUDA_CHECK(cudaMemsetAsync(C.data(), 0, C.bytes(), s));
   call();
   CUDA_CHECK(cudaStreamSynchronize(s));
   const std::size_t bad = count_bad(p, C);
   return {median_ms(s, reps, call), bad};
+}
+template <class In>
+Measured run_checked(int v, const Problem<In>& p, course::DeviceBuffer<In>& C, int reps,
+                     cudaStream_t s) {
+  return run_checked(
+      [&] {
+        tensor_gemm(v, p.M, p.N, p.K, 1.0f, p.A.data(), p.B.data(), 0.0f, C.data(), nullptr,
+                    Activation::none, s);
+      },
+      p, C, reps, s);
 }
 
 // Sustained speed: what a GEMM runs at once the GPU has reached its power limit, which the
@@ -179,6 +188,33 @@ void print_row(const char* name, double ms, double flops, double cublas_tflops, 
               check.c_str());
 }
 
+// The CUTLASS 3.x baseline's row (cutlass_gemm.cuh: CUTLASS's CollectiveBuilder, TMA
+// warp-specialized cooperative, v6's 128x256x64 tile), checked and timed like a version. A build
+// without it says so once, in the FP16 table, with how to get it.
+template <class In>
+void cutlass_row(const Problem<In>& p, course::DeviceBuffer<In>& C, int reps, double cublas_tflops,
+                 double peak, cudaStream_t s) {
+  const char* name = "CUTLASS 3.x 128x256x64";
+  std::string why;
+  if (!cutlass_gemm_supported(&why)) {
+    if (cutlass_gemm_built())
+      std::printf("  %-22s not supported on this GPU: %s\n", name, why.c_str());
+    else if (std::is_same<In, __half>::value)
+      std::printf("  %-22s not built: %s\n", name, why.c_str());
+    return;
+  }
+  if (p.K % 8 != 0 || p.N % 8 != 0) {
+    std::printf("  %-22s skipped: needs K and N multiples of 8\n", name);
+    return;
+  }
+  const Measured r = run_checked(
+      [&] { cutlass_gemm(p.M, p.N, p.K, 1.0f, p.A.data(), p.B.data(), 0.0f, C.data(), s); }, p, C,
+      reps, s);
+  print_row(name, r.ms, gemm_flops(p.M, p.N, p.K), cublas_tflops, peak,
+            (r.bad == 0 ? std::string("ok") : "FAILED (" + std::to_string(r.bad) + " elements)") +
+                " (CollectiveBuilder, TMA warp-specialized cooperative, cluster 1x1x1)");
+}
+
 // The table of versions at one shape; returns the TFLOP/s of each version that ran (0 otherwise).
 template <class In>
 std::vector<double> version_table(const Blas& blas, const Options& opt, const std::vector<int>& vs,
@@ -210,6 +246,7 @@ std::vector<double> version_table(const Blas& blas, const Options& opt, const st
               r.bad == 0 ? "ok" : "FAILED (" + std::to_string(r.bad) + " elements)");
     tflops[v] = r.bad == 0 ? flops / (r.ms / 1e3) / 1e12 : 0.0;
   }
+  cutlass_row(p, C, opt.reps, cublas_tflops, peak, s);
   return tflops;
 }
 

@@ -12,11 +12,12 @@
 // states the derivation: products exact in FP32, K + 3 FP32 roundings of at most 2^-23 relative
 // (truncating adder), then the output rounding 2^-11 (FP16) or 2^-8 (BF16) relative); odd M,
 // K and N tails off the 128-wide tiles; beta == 0 with C full of NaN; the fused epilogue; the
-// cuBLAS and cuBLASLt baselines against the same reference; one 1024-sized product per version
-// against cuBLAS; the 128x256 kernel's tile edges, its two store paths and v7's loop over tiles
-// on a few blocks; v8 (split-K) at a layer's shapes (N = K = 4096, M = 1..300), with forced split
-// counts that leave slices empty, called again (its tickets reset, the same bits), on a second
-// stream, and captured in a CUDA graph. CPU: v8's split plan and slices.
+// cuBLAS and cuBLASLt baselines, and the CUTLASS one where the build has it ([cutlass]), against
+// the same reference; one 1024-sized product per version against cuBLAS; the 128x256 kernel's
+// tile edges, its two store paths and v7's loop over tiles on a few blocks; v8 (split-K) at a
+// layer's shapes (N = K = 4096, M = 1..300), with forced split counts that leave slices empty,
+// called again (its tickets reset, the same bits), on a second stream, and captured in a CUDA
+// graph. CPU: v8's split plan and slices.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -36,6 +37,7 @@
 #include "common/stream.hpp"
 #include "common/testing.hpp"
 #include "ceiling.cuh"
+#include "cutlass_gemm.cuh"
 #include "tensor_gemm.cuh"
 
 using course::testing::Approx;
@@ -566,6 +568,19 @@ TEST_CASE("bad arguments throw std::invalid_argument before any CUDA call", "[cp
   CHECK_NOTHROW(gemm_v8_splitk<__half, float>(3, 8, 0, 8, 1.0f, nullptr, nullptr, 0.0f, nullptr));
 }
 
+TEST_CASE("cutlass_gemm checks its arguments before any CUDA call", "[cpu][cutlass]") {
+  __half* p = reinterpret_cast<__half*>(std::uintptr_t{256});  // never dereferenced
+  CHECK_THROWS_WITH(cutlass_gemm(-1, 8, 8, 1.0f, p, p, 0.0f, p), Contains(">= 0"));
+  CHECK_THROWS_WITH(cutlass_gemm(8, 8, 12, 1.0f, p, p, 0.0f, p), Contains("multiples of 8"));
+  CHECK_THROWS_WITH(cutlass_gemm(8, 12, 8, 1.0f, p, p, 0.0f, p), Contains("multiples of 8"));
+  CHECK_THROWS_WITH(cutlass_gemm(8, 8, 8, 1.0f, p + 1, p, 0.0f, p), Contains("16-byte"));
+  CHECK_THROWS_WITH(cutlass_gemm(8, 8, 8, 1.0f, p, p, 0.0f, p + 1), Contains("C must be 16-byte"));
+  CHECK_THROWS_WITH(cutlass_gemm(8, 8, 0, 1.0f, p, p, 0.0f, p), Contains("K must be >= 1"));
+  CHECK_THROWS_WITH(cutlass_gemm(8, 8, 8, 1.0f, p, p, 0.0f, static_cast<__half*>(nullptr)),
+                    Contains("C is null"));
+  CHECK_NOTHROW(cutlass_gemm<__half>(0, 8, 8, 1.0f, nullptr, nullptr, 0.0f, nullptr));
+}
+
 // ---------------------------------------------------------------- CPU: v8's plan
 
 TEST_CASE("v8's K slices: contiguous, in order, sizes within one tile, empty past the tiles",
@@ -974,6 +989,15 @@ struct Case {
 // where v2..v5 need it.
 const std::vector<Case> kAlignedCases = {{8, 8, 8}, {1, 8, 16}, {129, 136, 72}, {200, 264, 520}};
 const std::vector<Case> kAnyCases = {{1, 1, 1}, {127, 129, 65}, {130, 70, 33}, {64, 200, 300}};
+
+// The current device's compute capability as 10 x major + minor (90 for an H100 or H200).
+int current_cc() {
+  int device = 0, major = 0, minor = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+  return major * 10 + minor;
+}
 
 // Skips (with a note) a version the GPU or the build lacks: "not supported", never a failure.
 bool supported(int version, DType in) {
@@ -1566,11 +1590,7 @@ TEST_CASE("v8 in a CUDA graph: no allocation in a capture; replayed twice, the s
 
 TEST_CASE("on compute capability 9.0 every version is supported (an H200 build)",
           "[gpu][v5][v6][v7][v8][v9]") {
-  int device = 0, major = 0, minor = 0;
-  CUDA_CHECK(cudaGetDevice(&device));
-  CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-  CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
-  if (major * 10 + minor != 90) return;
+  if (current_cc() != 90) return;
   for (const VersionInfo& info : versions())
     for (const DType t : {DType::f16, DType::bf16}) {
       const int v = info.number;
@@ -1611,6 +1631,40 @@ TEST_CASE("baselines: cublasGemmEx and cuBLASLt (bias + ReLU/GELU) vs FP64", "[g
         },
         true);
   }
+}
+
+// The CUTLASS 3.x baseline (cutlass_gemm.cuh), checked as v6 is: every element against FP64
+// within the bound, FP16 and BF16 in and out, beta == 0 over a C of NaN (it must not be read) and
+// beta != 0 (D written over C). Shapes: 512 x 768 x 1024, whole 128 x 256 tiles and 16 K tiles;
+// M = 1000, N = 520, K = 136: the last tile row is partial (TMA zero-fills A's rows past M and
+// drops the stores there), the third tile column holds 8 columns, the third K tile 8 of 64; and a
+// single row. TMA needs K and N multiples of 8 and A, B and C 16-byte aligned; M is free.
+// Skipped (a warning) where the build has no CUTLASS or the GPU is not compute capability 9.0.
+TEST_CASE("CUTLASS 3.x baseline (CollectiveBuilder, 128x256x64): every element vs FP64",
+          "[gpu][cutlass]") {
+  std::string why;
+  const bool ok = cutlass_gemm_supported(&why);
+  if (cutlass_gemm_built() && current_cc() == 90) {
+    INFO(why);
+    REQUIRE(ok);  // built, on an H100 / H200: it must run
+  }
+  if (!ok) {
+    WARN("the CUTLASS baseline is skipped: " << why);
+    return;
+  }
+  const auto run = [](int M, int N, int K, float alpha, float beta, auto type) {
+    using T = decltype(type);
+    check_against_reference<T, T>(M, N, K, alpha, beta, false, Activation::none,
+                                  [&](const T* A, const T* B, T* C, const float*) {
+                                    cutlass_gemm(M, N, K, alpha, A, B, beta, C);
+                                  });
+  };
+  for (const Case& c : {Case{512, 768, 1024}, Case{1000, 520, 136}, Case{1, 256, 64}}) {
+    run(c.M, c.N, c.K, 1.0f, 0.0f, __half{});
+    run(c.M, c.N, c.K, 1.5f, -0.5f, __nv_bfloat16{});
+  }
+  run(1000, 520, 136, 1.0f, 0.5f, __half{});
+  run(512, 768, 1024, 1.0f, 0.0f, __nv_bfloat16{});
 }
 
 // ---------------------------------------------------------------- GPU: the exercises' GEMMs
