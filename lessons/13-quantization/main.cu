@@ -2,7 +2,7 @@
 //
 //   lesson13 [--weights PATH] [--scenes N] [--batch N]... [--reps N]
 //   lesson13 --accuracy [--eval-scenes N] [--threads N] [--sensitivity]
-//   lesson13 --engine [--engine-scenes N] [--reps N]
+//   lesson13 --engine [--engine-scenes N] [--reps N] [--sensitivity]
 //
 // 1. calibration (CPU): held-out scenes through lesson 12's optimised graph on its CPU reference
 //    (96 x 128: the network is fully convolutional), every activation buffer into an observer;
@@ -42,7 +42,9 @@
 //    launches on one stream, no CUDA graph, launch latency excluded, L2 warm, median of --reps),
 //    the slowest INT8 launches at batch 32 beside the FP16 builder's time for the same layer;
 //    then mAP@0.5, mAP@0.5:0.95 and the frames whose detections change against lesson 12's FP32
-//    engine on --engine-scenes held-out scenes, per table (FP8: min-max and entropy).
+//    engine on --engine-scenes held-out scenes, per table (FP8: min-max and entropy). With
+//    --sensitivity, each convolution alone in INT8 (min-max table) on the same scenes, the
+//    costliest ten, and the fallback list chosen from them: its mAP and its time at batch 32.
 #include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
 
@@ -103,6 +105,20 @@ constexpr std::uint64_t kHeldOutSeed = 1000;  // calibration scenes (lesson 12 e
 constexpr int kSensitivityScenes = 16;
 
 // ------------------------------------------------------------------ 1. calibration
+
+// The sensitivity tables' rows (each convolution alone in INT8), sorted costliest first by
+// mAP@0.5:0.95; the first ten printed as differences from `base`.
+void print_costliest(std::vector<LayerSensitivity>& rows, const Accuracy& base) {
+  std::stable_sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) {
+    return a.accuracy.map50_95 < b.accuracy.map50_95;
+  });
+  std::printf("   %-24s %14s %14s %10s\n", "layer", "d mAP@0.5", "d mAP@0.5:0.95", "changed");
+  for (std::size_t i = 0; i < rows.size() && i < 10; ++i) {
+    const Accuracy& a = rows[i].accuracy;
+    std::printf("   %-24s %+14.4f %+14.4f %8d/%d\n", rows[i].op.c_str(), a.map50 - base.map50,
+                a.map50_95 - base.map50_95, a.changed, a.frames);
+  }
+}
 
 std::vector<TensorObservation> calibration_summary(const lesson12::WeightsFile& w,
                                                    const Options& o) {
@@ -301,15 +317,7 @@ void accuracy_table(const lesson12::WeightsFile& w, const Options& o,
   t0 = std::chrono::steady_clock::now();
   std::vector<LayerSensitivity> rows =
       layer_sensitivity(g, entropy, WeightScales::per_channel, sub, sub_ref, o.threads);
-  std::stable_sort(rows.begin(), rows.end(), [&](const auto& a, const auto& b) {
-    return a.accuracy.map50_95 < b.accuracy.map50_95;
-  });
-  std::printf("   %-24s %14s %14s %10s\n", "layer", "d mAP@0.5", "d mAP@0.5:0.95", "changed");
-  for (std::size_t i = 0; i < rows.size() && i < 10; ++i) {
-    const Accuracy& a = rows[i].accuracy;
-    std::printf("   %-24s %+14.4f %+14.4f %8d/%d\n", rows[i].op.c_str(), a.map50 - sub32.map50,
-                a.map50_95 - sub32.map50_95, a.changed, a.frames);
-  }
+  print_costliest(rows, sub32);
   int unchanged = 0;
   for (const auto& r : rows) unchanged += r.accuracy.changed == 0;
   std::printf("   %zu layers; %d change no frame's detections (%.1f s)\n\n", rows.size(), unchanged,
@@ -794,6 +802,67 @@ std::vector<TensorObservation> observe_on_gpu(const lesson12::EngineGraph& g,
   return obs;
 }
 
+// The GPU engine's times at batch kEngineMaxBatch the sensitivity section compares with.
+struct EngineTimes {
+  double fp16 = 0, int8_all = 0, int8_hand = 0;  // every op INT8; first layer and head FP16
+};
+
+// --engine --sensitivity: each convolution alone in INT8 (the min-max table at the serving size,
+// exact epilogue, every other op in FP16 through lesson 12's kernels, the reformats the engine
+// needs at the two boundaries), scored on the held-out scenes against the FP32 engine `ref`; the
+// ten costliest by mAP@0.5:0.95 against the FP16 engine's `a16`. Then the fallback list chosen
+// from the table rather than by hand: the costliest layers in FP16, as many as the hand-picked
+// list `hand` names, its accuracy and its GPU time at batch kEngineMaxBatch.
+void engine_sensitivity(const lesson12::EngineGraph& g, const CalibrationTable& table,
+                        const std::string& id, const std::vector<std::string>& hand,
+                        const Accuracy& a16, const HeldOutScenes& scenes,
+                        const SceneDetections& ref,
+                        const std::function<NetworkFn(QuantizedEngine&)>& int8_fn, cudaStream_t s,
+                        int reps, const float* x, float* y, const EngineTimes& times) {
+  std::printf(
+      "   Sensitivity at %dx%d: each convolution alone in INT8 (min-max table, exact epilogue),\n"
+      "   every other op FP16; its cost against the FP16 engine (mAP@0.5 %.4f, mAP@0.5:0.95 "
+      "%.4f);\n   the ten costliest, then the total\n\n",
+      g.input_w, g.input_h, a16.map50, a16.map50_95);
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<LayerSensitivity> rows;
+  for (const lesson12::FusedOp& op : g.ops) {
+    if (op.kind != lesson12::OpKind::conv) continue;
+    QuantizedEngineConfig c;
+    for (const lesson12::FusedOp& other : g.ops)
+      if (other.kind != lesson12::OpKind::detect && other.name != op.name)
+        c.keep.push_back(other.name);
+    QuantizedEngine q(g, table, id, c);
+    rows.push_back({op.name, score_detections(detect_scenes(int8_fn(q), scenes, g.num_classes),
+                                              scenes, g.num_classes, &ref)});
+  }
+  print_costliest(rows, a16);
+  int no_cost = 0;
+  for (const LayerSensitivity& r : rows) no_cost += r.accuracy.map50_95 >= a16.map50_95;
+  std::printf("   %zu layers; %d cost nothing in mAP@0.5:0.95 (%.1f s)\n\n", rows.size(), no_cost,
+              seconds_since(t0));
+
+  // The fallback list from the table: the len(hand) costliest layers.
+  std::vector<std::string> chosen;
+  for (std::size_t i = 0; i < rows.size() && i < hand.size(); ++i) chosen.push_back(rows[i].op);
+  QuantizedEngineConfig c;
+  c.keep = chosen;
+  c.max_batch = kEngineMaxBatch;
+  QuantizedEngine q(g, table, id, c);
+  const Accuracy a = score_detections(detect_scenes(int8_fn(q), scenes, g.num_classes), scenes,
+                                      g.num_classes, &ref);
+  const double us = time_us(s, reps, [&] { q.enqueue(x, kEngineMaxBatch, y, s); });
+  std::string list;
+  for (const std::string& n : chosen) list += (list.empty() ? "" : ", ") + n;
+  std::printf(
+      "   INT8 min-max with the %zu costliest layers in FP16 (%s):\n"
+      "   mAP@0.5 %.4f, mAP@0.5:0.95 %.4f, changed %d/%d; %d reformats; batch %d: %.1f us\n"
+      "   (FP16 %.1f, INT8 every op %.1f, first layer and head FP16 %.1f: same run, exact "
+      "epilogue)\n\n",
+      chosen.size(), list.c_str(), a.map50, a.map50_95, a.changed, a.frames, q.reformat_launches(),
+      kEngineMaxBatch, us, times.fp16, times.int8_all, times.int8_hand);
+}
+
 void engine_table(const lesson12::WeightsFile& w, const Options& o,
                   const std::vector<TensorObservation>& obs) {
   const course::DeviceInfo dev = course::query_device(0);
@@ -887,7 +956,7 @@ void engine_table(const lesson12::WeightsFile& w, const Options& o,
                             cudaMemcpyHostToDevice));
     }
   }
-  double int8_us_1 = 0, fp16_us_1 = 0;
+  double int8_us_1 = 0, fp16_us_1 = 0, fp16_us_32 = 0, int8_us_32 = 0, hand_us_32 = 0;
   for (int batch : {1, kEngineMaxBatch}) {
     auto ctx = (batch == 1 ? e16_1 : e16)->create_execution_context();
     ctx->set_aux_streams(0);
@@ -914,6 +983,7 @@ void engine_table(const lesson12::WeightsFile& w, const Options& o,
             std::to_string(q8f.reformat_launches()) + " reformats)",
         t8f);
     if (batch == 1) int8_us_1 = t8, fp16_us_1 = t16;
+    if (batch == kEngineMaxBatch) fp16_us_32 = t16, int8_us_32 = t8, hand_us_32 = t8f;
   }
 
   // ---- where the time goes at batch 32: each INT8 launch timed on its own, beside the FP16
@@ -983,7 +1053,8 @@ void engine_table(const lesson12::WeightsFile& w, const Options& o,
     return a;
   };
   print("FP32 (lesson 12)", ref);
-  print("FP16 (lesson 12)", detect_scenes(lesson12_fn(*e16_1), scenes, g.num_classes));
+  const Accuracy a16 =
+      print("FP16 (lesson 12)", detect_scenes(lesson12_fn(*e16_1), scenes, g.num_classes));
   const auto int8_row = [&](const std::string& what, const CalibrationTable& t,
                             const std::vector<std::string>& keep, Int8Epilogue e) {
     QuantizedEngineConfig c;
@@ -1014,6 +1085,10 @@ void engine_table(const lesson12::WeightsFile& w, const Options& o,
     fp8_row("FP8 E4M3 entropy" + at640, entropy640);
   }
   std::printf("\n");
+  if (o.sensitivity) {
+    engine_sensitivity(g, minmax640, id, fh, a16, scenes, ref, int8_fn, s, o.reps, x.data(),
+                       y.data(), {fp16_us_32, int8_us_32, hand_us_32});
+  }
   course::add_headline("INT8 engine %dx%d batch 1: %.1f us vs FP16 %.1f us; mAP@0.5:0.95 %.4f", S,
                        S, int8_us_1, fp16_us_1, a8.map50_95);
 }
@@ -1081,9 +1156,14 @@ int main(int argc, char** argv) {
       ->check(course::integer_in(1, 500));
   app.add_option("--threads", o.threads, "CPU threads for --accuracy (default 1)")
       ->check(course::integer_in(1, 256));
-  app.add_flag("--sensitivity", o.sensitivity,
-               "with --accuracy: each convolution alone in INT8, the costliest layers")
-      ->needs(accuracy);
+  app.add_flag(
+      "--sensitivity", o.sensitivity,
+      "with --accuracy (CPU, small input) or --engine (GPU, 640x640): each convolution alone in "
+      "INT8, the costliest layers; with --engine also a fallback list chosen from them");
+  app.callback([&] {
+    if (o.sensitivity && !o.accuracy && !o.engine)
+      throw CLI::ValidationError("--sensitivity", "needs --accuracy or --engine");
+  });
   app.add_flag("--engine", o.engine,
                "instead of parts 2 and 3 (GPU): the INT8 and FP8 engines at 640x640 against "
                "lesson 12's FP16 and FP32 engines: GPU time at batch 1 and 32, mAP on held-out "
