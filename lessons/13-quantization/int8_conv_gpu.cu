@@ -453,14 +453,25 @@ __global__ void __launch_bounds__(Cfg::kThreads) conv_int8_mma(KernelParams<Args
   const bool res_vec =
       has_res && a.res_stride % 4 == 0 && reinterpret_cast<uintptr_t>(res) % 4 == 0;
   constexpr int kGroupsPerRow = BN / 4;
+  // A thread keeps one group of 4 channels for the whole loop (the block's thread count is a
+  // multiple of the groups per row), so its per-channel constants are loaded once, and it steps
+  // down the rows.
+  static_assert(Cfg::kThreads % kGroupsPerRow == 0, "a thread's channels stay the same");
+  constexpr int kRowStep = Cfg::kThreads / kGroupsPerRow;
   const float r_y = __frcp_rn(a.y_scale);  // the fast epilogue's 1 / y_scale
+  const int col = (tid % kGroupsPerRow) * 4, n0 = bn + col;
+  if (n0 >= a.out_c) return;
+  const bool full = n0 + 4 <= a.out_c;  // all 4 channels exist
+  const float4 xw4 = *reinterpret_cast<const float4*>(chan + col);
+  const float4 ws4 = *reinterpret_cast<const float4*>(chan + BN + col);
+  const float4 bias4 = *reinterpret_cast<const float4*>(chan + 2 * BN + col);
+  const float xw[4] = {xw4.x, xw4.y, xw4.z, xw4.w}, ws[4] = {ws4.x, ws4.y, ws4.z, ws4.w};
+  const float bias[4] = {bias4.x, bias4.y, bias4.z, bias4.w};
 #pragma unroll 1
-  for (int g = tid; g < BM * kGroupsPerRow; g += Cfg::kThreads) {
-    const int row = g / kGroupsPerRow, col = (g % kGroupsPerRow) * 4;
-    const int m = bm + row, n0 = bn + col;
-    if (m >= M || n0 >= a.out_c) continue;
+  for (int row = tid / kGroupsPerRow; row < BM; row += kRowStep) {
+    const int m = bm + row;
+    if (m >= M) break;
     const long long mm = m;
-    const bool full = n0 + 4 <= a.out_c;  // all 4 channels exist
     Acc accs[4];
     if constexpr (kFp8) {
       const float4 v4 = *reinterpret_cast<const float4*>(stage + row * LD + col);
@@ -469,11 +480,6 @@ __global__ void __launch_bounds__(Cfg::kThreads) conv_int8_mma(KernelParams<Args
       const int4 v4 = *reinterpret_cast<const int4*>(stage + row * LD + col);
       accs[0] = v4.x, accs[1] = v4.y, accs[2] = v4.z, accs[3] = v4.w;
     }
-    const float4 xw4 = *reinterpret_cast<const float4*>(chan + col);
-    const float4 ws4 = *reinterpret_cast<const float4*>(chan + BN + col);
-    const float4 bias4 = *reinterpret_cast<const float4*>(chan + 2 * BN + col);
-    const float xw[4] = {xw4.x, xw4.y, xw4.z, xw4.w}, ws[4] = {ws4.x, ws4.y, ws4.z, ws4.w};
-    const float bias[4] = {bias4.x, bias4.y, bias4.z, bias4.w};
     unsigned char rb[4] = {0, 0, 0, 0};  // the residual's codes (INT8: two's complement bytes)
     if (has_res) {
       const unsigned char* rp = res + mm * a.res_stride + n0;
