@@ -35,6 +35,13 @@
 // held stream would wait for a kernel that waits for the host. The blocking kernel gives up
 // after a timeout (2 s), so nothing hangs, and gpu_time_ms() then throws std::runtime_error
 // saying so: time such work with latency_ms(), which is what it costs a caller anyway.
+//
+// Under a profiler that serialises launches (Nsight Compute replays each profiled kernel; it
+// starts one only after the previous one has finished) the held work cannot start while the hold
+// kernel spins, so every hold would time out. With the environment variable COURSE_NO_HOLD set
+// (to anything but "0" or empty) no hold kernel is launched: the events then enclose the launch
+// latency as well, so read such a run's times as latency-inclusive (profile under it, time
+// without it).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -64,7 +71,7 @@ class StreamHold {
   StreamHold(const StreamHold&) = delete;
   StreamHold& operator=(const StreamHold&) = delete;
 
-  void hold(cudaStream_t stream);
+  void hold(cudaStream_t stream);  // nothing with COURSE_NO_HOLD set (see the top of this file)
   void release() noexcept;
   // Call after the held work has completed (e.g. after elapsed_ms on an event behind it).
   bool released_in_time() const noexcept;
