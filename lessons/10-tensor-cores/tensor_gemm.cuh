@@ -41,18 +41,23 @@
 //                  multicasts it into both blocks' shared memory, and a stage is refilled only
 //                  when the consumers of both blocks have released it (tensor_gemm_v9.cuh; the
 //                  map of blocks to tiles and B's halves: namespace v9cluster below)
+//   v10_persistent_staged  v6 made persistent (one block per SM looping over tiles, as v7) and
+//                  still staged: each consumer warp group writes its accumulators out through a
+//                  64x32 FP32 buffer of its own beside the 4-stage ring, synchronising only
+//                  itself, while the producer loads the next tile (tensor_gemm_v10.cuh)
 //
 // Conventions of every launcher:
 //  - Dense row-major device arrays. Any M, N, K >= 0; tiles at the edges are zero-filled.
 //  - M == 0 or N == 0: nothing to do (pointers may be null). K == 0: C = act(beta*C + bias).
 //  - beta == 0: C is not read (may hold NaN), as in BLAS.
-//  - Alignment: v1 has none. v2..v9 load 16-byte chunks (cp.async / TMA), so they need
+//  - Alignment: v1 has none. v2..v10 load 16-byte chunks (cp.async / TMA), so they need
 //    K % 8 == 0, N % 8 == 0 and A, B 16-byte aligned; otherwise std::invalid_argument saying so.
 //  - Errors: std::invalid_argument for a negative size, a null pointer that is used, more than
 //    INT_MAX elements in a matrix, an unknown version, the alignment above, or bias/act given to
 //    v1; NotSupported (a std::runtime_error) for a version this GPU or this build lacks
-//    (v2..v4 and v8 need compute capability 8.0 and a build for compute_80+; v5..v7 and v9 need
-//    exactly 9.0); course::CudaError for a failed launch. Launches are asynchronous on `stream`.
+//    (v2..v4 and v8 need compute capability 8.0 and a build for compute_80+; v5..v7, v9 and v10
+//    need exactly 9.0); course::CudaError for a failed launch. Launches are asynchronous on
+//    `stream`.
 //  - v8 alone keeps state between calls: a workspace per (device, stream), allocated by the
 //    first call that needs it (gemm_v8_splitk says when, and what that means for CUDA graphs).
 #pragma once
@@ -442,7 +447,7 @@ constexpr DType dtype_of<__nv_bfloat16>() {
 }
 
 // One call of any version. In: __half or __nv_bfloat16; Out: float or In (instantiated for
-// those four pairs). bias: N floats on the device or null; act: none unless v2..v9.
+// those four pairs). bias: N floats on the device or null; act: none unless v2..v10.
 template <class In, class Out>
 void tensor_gemm(int version, int M, int N, int K, float alpha, const In* A, const In* B,
                  float beta, Out* C, const float* bias = nullptr, Activation act = Activation::none,
@@ -476,7 +481,7 @@ void gemm_v4_tile(V4Tile tile, int M, int N, int K, float alpha, const In* A, co
                   Activation act = Activation::none, cudaStream_t stream = nullptr);
 
 struct VersionInfo {
-  int number;        // 1..9, what --version takes
+  int number;        // 1..10, what --version takes
   const char* name;  // "v4_pipeline"
   const char* idea;  // one line
 };
@@ -491,7 +496,7 @@ constexpr int kHopperVersion = 5;  // the first wgmma kernel
 bool version_supported(int version, DType in, std::string* why_not = nullptr);
 
 // Throws std::invalid_argument (naming `who`) for the conventions above; returns false when
-// there is nothing to compute. `aligned16` asks for the v2..v9 alignment.
+// there is nothing to compute. `aligned16` asks for the v2..v10 alignment.
 bool check_tensor_gemm_args(const char* who, int M, int N, int K, const void* A, const void* B,
                             const void* C, bool aligned16);
 
@@ -524,6 +529,16 @@ void gemm_v9_cluster(int M, int N, int K, float alpha, const In* A, const In* B,
 // SMs of one GPC with v6's 193 KiB of shared memory free, so a GPC with an odd number of usable
 // SMs leaves one idle. Call it only where version_supported(9, ...); throws CudaError.
 int v9_active_clusters();
+// v10: v6 made persistent (v7's loop over tiles on at most `blocks` blocks, <= 0: one per SM) with
+// the write-out staged through a shared-memory buffer of its own beside the 4-stage ring
+// (tensor_gemm_v10.cuh), so the producer loads the next tile while the consumers write this one
+// out, coalesced. tensor_gemm(10, ...) passes 0, the tests a few blocks so that each loops over
+// many tiles. Same types, conventions and epilogue as v6; call it only after tensor_gemm's checks
+// (K > 0, K % 8 == 0, N % 8 == 0, A and B 16-byte aligned).
+template <class In, class Out>
+void gemm_v10_persistent_staged(int blocks, int M, int N, int K, float alpha, const In* A,
+                                const In* B, float beta, Out* C, const float* bias, Activation act,
+                                cudaStream_t stream);
 // Whether the sm_90a library holds real code (false if nvcc could not build it).
 bool sm90_kernels_built();
 
@@ -634,7 +649,7 @@ constexpr double kFp32U = 1.0 / (1 << 24);
 // The exercises write pieces of two real GEMMs; each stub's comment in exercise.cu is its
 // contract. The test binary lesson10_exercise_tests runs your exercise.cu; lesson10_tests, the
 // lesson binary and the benchmark run the solutions (solutions.cuh, solutions_sm90.cu), and
-// the course's own kernels v1..v9 never call the ex_ functions.
+// the course's own kernels v1..v10 never call the ex_ functions.
 //
 // Exercise 1: the shared-memory addresses of an mma.sync kernel whose tiles are XOR-swizzled:
 //   where element (row, col) of a tile with rows of `row_halves` halves is stored, and which
