@@ -421,6 +421,39 @@ __host__ __device__ constexpr unsigned stage_tx_bytes(bool has_tile) {
 }
 }  // namespace v9cluster
 
+// ---------------------------------------------------------------- v10's staging buffer
+// (CPU-tested)
+//
+// v10 (tensor_gemm_v10.cuh) writes each consumer warp group's 64 x 256 accumulators out through a
+// 64 x 32 FP32 buffer of its own, one chunk of 32 columns at a time: each thread stores its
+// accumulator pairs of the chunk (float2, where the wgmma fragment puts them), the warp group
+// meets at a barrier, and each thread reads 4 consecutive floats of a row (float4) for the
+// global stores. Shared memory serves 64-bit accesses a half-warp at a time and 128-bit ones a
+// quarter warp at a time, and is conflict-free when those threads' words fall in distinct banks:
+//  - a half-warp's float2 stores cover 4 rows x 8 columns of the fragment; with rows of 32
+//    floats the 4 rows share the same 8 banks (4 ways), with rows padded to 40 floats
+//    (8 banks mod 32) they fall on 4 disjoint groups of 8 banks;
+//  - a quarter warp's float4 reads cover one row's 32 floats: 32 banks.
+namespace v10staging {
+constexpr int kRows = 64;                 // a consumer warp group's rows of the tile
+constexpr int kChunkCols = 32;            // columns staged at a time
+constexpr int kChunkLd = kChunkCols + 8;  // floats per staged row
+constexpr int kQuadsPerRow = kChunkCols / 4;
+constexpr int kThreads = 128;  // the warp group
+// The float offset in the buffer (rows of `ld` floats) of the pair of accumulators that thread
+// (warp, lane) of the warp group holds for 8-column group jj of the chunk, rows h = 0 (lane / 4)
+// or h = 1 (eight rows below): columns jj * 8 + 2 (lane % 4) and the next.
+__host__ __device__ inline int fragment_offset(int warp, int lane, int jj, int h,
+                                               int ld = kChunkLd) {
+  const RowCol rc = mma_c_element(lane, 2 * h);
+  return (warp * 16 + rc.row) * ld + jj * 8 + rc.col;
+}
+// The chunk's row and column of the 4 floats read at step idx = thread + 128 i of the write-out.
+__host__ __device__ inline RowCol quad_of(int idx) {
+  return {idx / kQuadsPerRow, idx % kQuadsPerRow * 4};
+}
+}  // namespace v10staging
+
 // ---------------------------------------------------------------- the launchers
 
 // A version the GPU or the build lacks: report "not supported on this GPU", not a failure.

@@ -57,12 +57,12 @@
 
 namespace lesson10 {
 
+// The staging buffer's shape and addresses: namespace v10staging in tensor_gemm.cuh, where the
+// CPU tests check them (every element once, stores and reads conflict-free).
 namespace v10cfg {
-using v6cfg::kStageBytes, v6cfg::kStages;
-constexpr int kRows = v6cfg::BM / 2;               // 64 rows per consumer warp group
-constexpr int kChunkCols = 32;                     // columns staged at a time
+using v6cfg::kStageBytes, v6cfg::kStages, v10staging::kChunkCols, v10staging::kChunkLd,
+    v10staging::kRows;
 constexpr int kChunks = v6cfg::BN / kChunkCols;    // 8 chunks per tile
-constexpr int kChunkLd = kChunkCols + 8;           // floats per staged row
 constexpr int kChunkBytes = kRows * kChunkLd * 4;  // 10 KiB per consumer warp group
 constexpr int kRingBytes = kStages * kStageBytes;  // 192 KiB
 constexpr int kStagingBytes = 2 * kChunkBytes;     // both consumer warp groups
@@ -74,8 +74,7 @@ static_assert(kSmemBytes + kStagingBytes > kSmemLimit,
               "double-buffered staging would not fit beside the 4-stage ring");
 static_assert(kRingBytes + 2 * kRows * (2 * kChunkCols + 8) * 4 + 1280 > kSmemLimit,
               "nor would chunks of 64 columns");
-static_assert(kChunkLd % 32 == 8, "4 consecutive staged rows start on 4 disjoint groups of banks");
-static_assert(kChunkLd * 4 % 16 == 0, "staged rows stay 16-byte aligned for float4 reads");
+static_assert(kRows * 2 == v6cfg::BM && v10staging::kThreads == 128, "a warp group's 64 rows");
 static_assert(kRingBytes % 16 == 0 && kStagingBytes % 8 == 0, "staging and barriers aligned");
 }  // namespace v10cfg
 
@@ -92,17 +91,18 @@ __device__ __forceinline__ void warp_group_sync(int id) {
 // 64 x 32 staging buffer, one chunk of 32 columns at a time. tid: the thread's index in the
 // group; warp, lane: its warp in the group and lane (the wgmma accumulator layout: warp w owns
 // rows 16w..16w+15, and per 8 columns j its registers 4j..4j+3 are mma_c_element's).
-// store_quads: C aligned to four elements (store_quad's vector stores).
+// store_quads: C aligned to four elements (store_quad's vector stores). The chunk loop runs at
+// run time (unroll 1): one copy of the store loop, not eight (v6's reason for staging at all was
+// an unrolled write-out too large for the instruction cache).
 template <class Out>
 __device__ __forceinline__ void write_tile_chunked(const Epilogue& e, Out* C, int M, int N, int m0,
                                                    int bn, int tid, int warp, int lane, int barrier,
                                                    const float (&d)[128], float* staged,
                                                    int store_quads) {
-  using v10cfg::kChunkCols, v10cfg::kChunkLd, v10cfg::kChunks, v10cfg::kRows;
-  constexpr int kQuadsPerRow = kChunkCols / 4;
-  if (m0 >= M) return;  // the group's 64 rows lie below C (all 128 threads agree)
-    // A loop at run time, not unrolled: one copy of the store loop, not eight (v6's reason for
-    // staging at all was an unrolled write-out too large for the instruction cache).
+  using v10cfg::kChunkCols, v10cfg::kChunkLd, v10cfg::kChunks, v10cfg::kRows,
+      v10staging::fragment_offset, v10staging::kQuadsPerRow, v10staging::quad_of;
+  // The group's 64 rows may lie below C (the 128 threads agree, and skip the barriers together).
+  if (m0 >= M) return;
 #pragma unroll 1
   for (int c = 0; c < kChunks; ++c) {
     const int n0 = bn + c * kChunkCols;
@@ -119,18 +119,17 @@ __device__ __forceinline__ void write_tile_chunked(const Epilogue& e, Out* C, in
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           const int j = cc * (kChunkCols / 8) + jj;
-          const RowCol rc = mma_c_element(lane, 2 * h);
-          const int r = warp * 16 + rc.row, col = jj * 8 + rc.col;
-          *reinterpret_cast<float2*>(staged + r * kChunkLd + col) =
+          *reinterpret_cast<float2*>(staged + fragment_offset(warp, lane, jj, h)) =
               make_float2(d[j * 4 + 2 * h], d[j * 4 + 2 * h + 1]);
         }
     }
     warp_group_sync(barrier);  // the chunk is in the buffer
 #pragma unroll 2
     for (int idx = tid; idx < kRows * kQuadsPerRow; idx += 128) {
-      const int r = idx / kQuadsPerRow, col = idx % kQuadsPerRow * 4, m = m0 + r, n = n0 + col;
+      const RowCol q = quad_of(idx);
+      const int m = m0 + q.row, n = n0 + q.col;
       if (m >= M || n >= N) continue;  // N % 8 == 0 and n % 4 == 0: n < N means n + 3 < N
-      store_quad(e, C, N, m, n, *reinterpret_cast<const float4*>(staged + r * kChunkLd + col),
+      store_quad(e, C, N, m, n, *reinterpret_cast<const float4*>(staged + q.row * kChunkLd + q.col),
                  store_quads);
     }
   }

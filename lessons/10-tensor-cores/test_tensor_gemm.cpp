@@ -501,6 +501,77 @@ TEST_CASE("the grouped tile order (v4 tuned, v6, v7) is a bijection, group by gr
   CHECK(tile_coord(128, 32, 16, 8).m == 8);
 }
 
+// v10's staging buffer (v10staging): the 128 threads' float2 stores put every accumulator of a
+// 64 x 32 chunk at its own row and column, once; the float4 reads of the write-out read each
+// element once; and both are conflict-free with rows of 40 floats, while rows of 32 make the
+// stores 4-way.
+TEST_CASE("v10's staging buffer: every element once, stores and reads conflict-free",
+          "[cpu][v10]") {
+  using namespace v10staging;
+  // The most distinct words any bank serves for one group of threads' accesses.
+  const auto ways = [](const std::vector<int>& words) {
+    std::vector<std::set<int>> bank(32);
+    for (const int w : words) bank[w % 32].insert(w);
+    std::size_t worst = 0;
+    for (const auto& b : bank) worst = std::max(worst, b.size());
+    return static_cast<int>(worst);
+  };
+  const auto worst_store_ways = [&](int ld) {
+    int worst = 0;
+    for (int warp = 0; warp < kThreads / 32; ++warp)
+      for (int jj = 0; jj < kChunkCols / 8; ++jj)
+        for (int h = 0; h < 2; ++h)
+          for (int half = 0; half < 2; ++half) {  // 64-bit accesses: a half-warp at a time
+            std::vector<int> words;
+            for (int lane = 16 * half; lane < 16 * half + 16; ++lane) {
+              const int o = fragment_offset(warp, lane, jj, h, ld);
+              words.push_back(o);
+              words.push_back(o + 1);
+            }
+            worst = std::max(worst, ways(words));
+          }
+    return worst;
+  };
+  CHECK(worst_store_ways(kChunkLd) == 1);
+  CHECK(worst_store_ways(kChunkCols) == 4);
+  CHECK(kChunkLd * 4 % 16 == 0);  // float4 reads of every row 16-byte aligned
+
+  // Stores: each (row, column) of the chunk once, at row * kChunkLd + column, and it is the
+  // accumulator that mma_c_element places there (row warp * 16 + its row, column jj * 8 + its
+  // column).
+  std::vector<int> stored(kRows * kChunkLd, 0);
+  for (int warp = 0; warp < kThreads / 32; ++warp)
+    for (int lane = 0; lane < 32; ++lane)
+      for (int jj = 0; jj < kChunkCols / 8; ++jj)
+        for (int h = 0; h < 2; ++h) {
+          const int o = fragment_offset(warp, lane, jj, h);
+          const RowCol rc = mma_c_element(lane, 2 * h);
+          REQUIRE(o == (warp * 16 + rc.row) * kChunkLd + jj * 8 + rc.col);
+          REQUIRE(o % 2 == 0);  // float2 aligned
+          ++stored[o];
+          ++stored[o + 1];
+        }
+  // Reads: each (row, column) once, a quarter warp's float4 covering 32 banks.
+  std::vector<int> read(kRows * kChunkLd, 0);
+  for (int idx = 0; idx < kRows * kQuadsPerRow; idx += 8) {
+    std::vector<int> words;
+    for (int t = idx; t < idx + 8; ++t) {
+      const RowCol q = quad_of(t);
+      for (int i = 0; i < 4; ++i) {
+        words.push_back(q.row * kChunkLd + q.col + i);
+        ++read[q.row * kChunkLd + q.col + i];
+      }
+    }
+    CHECK(ways(words) == 1);
+  }
+  for (int r = 0; r < kRows; ++r)
+    for (int c = 0; c < kChunkLd; ++c) {
+      const int want = c < kChunkCols ? 1 : 0;  // the padding is neither written nor read
+      REQUIRE(stored[r * kChunkLd + c] == want);
+      REQUIRE(read[r * kChunkLd + c] == want);
+    }
+}
+
 TEST_CASE("FP16 tensor peak table reproduces the datasheet figures", "[cpu]") {
   // H100 SXM5: 132 SMs at 1830 MHz boost, 989.4 dense FP16 TFLOP/s (NVIDIA H100 datasheet).
   CHECK(132.0 * fp16_flops_per_clock_per_sm(9, 0) * 1.83e9 / 1e12 == Approx(989.4).epsilon(0.002));
