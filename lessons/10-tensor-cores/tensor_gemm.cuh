@@ -45,17 +45,20 @@
 //                  still staged: each consumer warp group writes its accumulators out through a
 //                  64x32 FP32 buffer of its own beside the 4-stage ring, synchronising only
 //                  itself, while the producer loads the next tile (tensor_gemm_v10.cuh)
+//   v11_tma_store  v10 with each staged chunk written to C by one TMA store (the epilogue applied
+//                  in registers first), where C is not read (beta == 0) and is 16-byte aligned;
+//                  elsewhere v10 (tensor_gemm_v11.cuh)
 //
 // Conventions of every launcher:
 //  - Dense row-major device arrays. Any M, N, K >= 0; tiles at the edges are zero-filled.
 //  - M == 0 or N == 0: nothing to do (pointers may be null). K == 0: C = act(beta*C + bias).
 //  - beta == 0: C is not read (may hold NaN), as in BLAS.
-//  - Alignment: v1 has none. v2..v10 load 16-byte chunks (cp.async / TMA), so they need
+//  - Alignment: v1 has none. v2..v11 load 16-byte chunks (cp.async / TMA), so they need
 //    K % 8 == 0, N % 8 == 0 and A, B 16-byte aligned; otherwise std::invalid_argument saying so.
 //  - Errors: std::invalid_argument for a negative size, a null pointer that is used, more than
 //    INT_MAX elements in a matrix, an unknown version, the alignment above, or bias/act given to
 //    v1; NotSupported (a std::runtime_error) for a version this GPU or this build lacks
-//    (v2..v4 and v8 need compute capability 8.0 and a build for compute_80+; v5..v7, v9 and v10
+//    (v2..v4 and v8 need compute capability 8.0 and a build for compute_80+; v5..v7 and v9..v11
 //    need exactly 9.0); course::CudaError for a failed launch. Launches are asynchronous on
 //    `stream`.
 //  - v8 alone keeps state between calls: a workspace per (device, stream), allocated by the
@@ -480,7 +483,7 @@ constexpr DType dtype_of<__nv_bfloat16>() {
 }
 
 // One call of any version. In: __half or __nv_bfloat16; Out: float or In (instantiated for
-// those four pairs). bias: N floats on the device or null; act: none unless v2..v10.
+// those four pairs). bias: N floats on the device or null; act: none unless v2..v11.
 template <class In, class Out>
 void tensor_gemm(int version, int M, int N, int K, float alpha, const In* A, const In* B,
                  float beta, Out* C, const float* bias = nullptr, Activation act = Activation::none,
@@ -514,7 +517,7 @@ void gemm_v4_tile(V4Tile tile, int M, int N, int K, float alpha, const In* A, co
                   Activation act = Activation::none, cudaStream_t stream = nullptr);
 
 struct VersionInfo {
-  int number;        // 1..10, what --version takes
+  int number;        // 1..11, what --version takes
   const char* name;  // "v4_pipeline"
   const char* idea;  // one line
 };
@@ -529,7 +532,7 @@ constexpr int kHopperVersion = 5;  // the first wgmma kernel
 bool version_supported(int version, DType in, std::string* why_not = nullptr);
 
 // Throws std::invalid_argument (naming `who`) for the conventions above; returns false when
-// there is nothing to compute. `aligned16` asks for the v2..v10 alignment.
+// there is nothing to compute. `aligned16` asks for the v2..v11 alignment.
 bool check_tensor_gemm_args(const char* who, int M, int N, int K, const void* A, const void* B,
                             const void* C, bool aligned16);
 
@@ -572,6 +575,13 @@ template <class In, class Out>
 void gemm_v10_persistent_staged(int blocks, int M, int N, int K, float alpha, const In* A,
                                 const In* B, float beta, Out* C, const float* bias, Activation act,
                                 cudaStream_t stream);
+// v11: v10 whose write-out is a TMA store (cp.async.bulk.tensor) of each staged 64 x 32 chunk,
+// the epilogue applied in registers first (tensor_gemm_v11.cuh). Only where C is not read
+// (beta == 0) and C is 16-byte aligned; otherwise it runs v10. Same arguments, conventions and
+// epilogue as v10.
+template <class In, class Out>
+void gemm_v11_tma_store(int blocks, int M, int N, int K, float alpha, const In* A, const In* B,
+                        float beta, Out* C, const float* bias, Activation act, cudaStream_t stream);
 // Whether the sm_90a library holds real code (false if nvcc could not build it).
 bool sm90_kernels_built();
 
@@ -682,7 +692,7 @@ constexpr double kFp32U = 1.0 / (1 << 24);
 // The exercises write pieces of two real GEMMs; each stub's comment in exercise.cu is its
 // contract. The test binary lesson10_exercise_tests runs your exercise.cu; lesson10_tests, the
 // lesson binary and the benchmark run the solutions (solutions.cuh, solutions_sm90.cu), and
-// the course's own kernels v1..v10 never call the ex_ functions.
+// the course's own kernels v1..v11 never call the ex_ functions.
 //
 // Exercise 1: the shared-memory addresses of an mma.sync kernel whose tiles are XOR-swizzled:
 //   where element (row, col) of a tile with rows of `row_halves` halves is stored, and which

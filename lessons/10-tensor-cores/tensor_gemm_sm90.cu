@@ -357,6 +357,8 @@ void gemm_v7_persistent(int blocks, int M, int N, int K, float alpha, const In* 
 // v10, v6 made persistent with a staging buffer beside the ring: its own file too (it uses v6's
 // configuration and producer).
 #include "tensor_gemm_v10.cuh"
+// v11, v10 with the write-out stored by TMA where C is not read (tensor_gemm_v11.cuh).
+#include "tensor_gemm_v11.cuh"
 
 namespace lesson10 {
 
@@ -371,7 +373,9 @@ namespace lesson10 {
                                          const float*, Activation, cudaStream_t);                 \
   template void gemm_v10_persistent_staged<In, Out>(int, int, int, int, float, const In*,         \
                                                     const In*, float, Out*, const float*,         \
-                                                    Activation, cudaStream_t);
+                                                    Activation, cudaStream_t);                    \
+  template void gemm_v11_tma_store<In, Out>(int, int, int, int, float, const In*, const In*,      \
+                                            float, Out*, const float*, Activation, cudaStream_t);
 LESSON10_INSTANTIATE(__half, float)
 LESSON10_INSTANTIATE(__half, __half)
 LESSON10_INSTANTIATE(__nv_bfloat16, float)

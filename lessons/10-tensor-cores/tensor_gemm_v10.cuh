@@ -2,7 +2,8 @@
 //
 // Not compiled on its own: tensor_gemm_sm90.cu includes this file after v5..v7 and v9, so that
 // v10 is sm_90a code in the same library and shares v6's configuration (v6cfg), its producer
-// (produce_128x256_tiles) and the consumers' K loop (consume_k_tiles, solutions_sm90.cuh).
+// (produce_128x256_tiles) and the consumers' K loop (consume_k_tiles, solutions_sm90.cuh). Its
+// persistent block (persistent_block) serves v11 too (tensor_gemm_v11.cuh).
 //
 // What v10 changes, and why. v6 (one 128 x 256 tile per block) stages its accumulators through
 // the ring once the block's only tile is done: a coalesced write-out, but every block pays the
@@ -141,21 +142,27 @@ __device__ __forceinline__ void write_tile_chunked(const Epilogue& e, Out* C, in
 namespace {
 using namespace detail;
 
-// v10's kernel: one block per SM looping over 128 x 256 tiles (v7's loop), written out through
-// the staging buffers (write_tile_chunked). Shared memory: the ring (1024-byte aligned), the two
-// staging buffers, the barriers.
-template <class In, class Out>
-__global__ void __launch_bounds__(v6cfg::kThreads, 1)
-    persistent_staged_kernel(const __grid_constant__ CUtensorMap map_a,
-                             const __grid_constant__ CUtensorMap map_b, int M, int N, int K,
-                             Out* __restrict__ C, Epilogue e, int store_quads) {
 #ifdef LESSON10_SM90A
+// A consumer warp group of the persistent block: its 64 rows of each tile, its thread index,
+// warp and lane, its named barrier and its part of the staging memory.
+struct ConsumerGroup {
+  int rows, tid, warp, lane, barrier;
+  unsigned char* staging;
+};
+
+// The block of v10 and v11: v7's persistent loop over 128 x 256 tiles, the producer of v6 and
+// v7, and, for each finished tile, write_out(d, first row of C, first column of C, group) in each
+// consumer warp group. Shared memory: the ring (1024-byte aligned), kGroupStagingBytes per
+// consumer warp group, the barriers.
+template <class In, int kGroupStagingBytes, class WriteOut>
+__device__ __forceinline__ void persistent_block(const CUtensorMap* map_a, const CUtensorMap* map_b,
+                                                 int M, int N, int K, WriteOut& write_out) {
   using v6cfg::BK, v6cfg::BM, v6cfg::BN, v6cfg::kATileBytes, v6cfg::kGroupM, v6cfg::kStageBytes,
-      v6cfg::kStages, v10cfg::kRingBytes, v10cfg::kStagingBytes;
+      v6cfg::kStages, v10cfg::kRingBytes;
   extern __shared__ unsigned char smem_raw[];
   unsigned char* smem = align_1024(smem_raw);
-  float* staging = reinterpret_cast<float*>(smem + kRingBytes);
-  std::uint64_t* full = reinterpret_cast<std::uint64_t*>(smem + kRingBytes + kStagingBytes);
+  std::uint64_t* full =
+      reinterpret_cast<std::uint64_t*>(smem + kRingBytes + 2 * kGroupStagingBytes);
   std::uint64_t* empty = full + kStages;
   const int wg = threadIdx.x / 128, tid_in_wg = threadIdx.x % 128;
   const int tiles_m = ceil_div(M, BM), tiles_n = ceil_div(N, BN), k_tiles = ceil_div(K, BK);
@@ -164,13 +171,15 @@ __global__ void __launch_bounds__(v6cfg::kThreads, 1)
 
   if (wg == 0) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
-    if (tid_in_wg == 0) produce_128x256_tiles(&map_a, &map_b, full, empty, smem, M, N, K);
+    if (tid_in_wg == 0) produce_128x256_tiles(map_a, map_b, full, empty, smem, M, N, K);
   } else {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
-    const int rows = (wg - 1) * v10cfg::kRows;  // this consumer's 64 rows of each tile
-    const int warp = tid_in_wg / 32, lane = tid_in_wg % 32;
-    float* staged = staging + (wg - 1) * (v10cfg::kChunkBytes / 4);
-    const int barrier = v10cfg::kFirstBarrier + (wg - 1);
+    const ConsumerGroup g{(wg - 1) * v10cfg::kRows,
+                          tid_in_wg,
+                          tid_in_wg / 32,
+                          tid_in_wg % 32,
+                          v10cfg::kFirstBarrier + (wg - 1),
+                          smem + kRingBytes + (wg - 1) * kGroupStagingBytes};
     int it = 0;  // ring uses so far, across tiles (the producer counts the same)
     for (int tile = blockIdx.x; tile < tiles_m * tiles_n; tile += gridDim.x) {
       const TileCoord tc = tile_coord(tile, tiles_m, tiles_n, kGroupM);
@@ -178,12 +187,27 @@ __global__ void __launch_bounds__(v6cfg::kThreads, 1)
 #pragma unroll
       for (int i = 0; i < 128; ++i) d[i] = 0.0f;
       pin_registers(d);
-      it = consume_k_tiles<In, 1, kStages, kStageBytes, kATileBytes>(d, full, empty, smem, rows, it,
-                                                                     k_tiles, tid_in_wg == 0);
-      write_tile_chunked(e, C, M, N, tc.m * BM + rows, tc.n * BN, tid_in_wg, warp, lane, barrier, d,
-                         staged, store_quads);
+      it = consume_k_tiles<In, 1, kStages, kStageBytes, kATileBytes>(d, full, empty, smem, g.rows,
+                                                                     it, k_tiles, g.tid == 0);
+      write_out(d, tc.m * BM + g.rows, tc.n * BN, g);
     }
   }
+}
+#endif  // LESSON10_SM90A
+
+// v10's kernel: the persistent block, written out through the staging buffers
+// (write_tile_chunked).
+template <class In, class Out>
+__global__ void __launch_bounds__(v6cfg::kThreads, 1)
+    persistent_staged_kernel(const __grid_constant__ CUtensorMap map_a,
+                             const __grid_constant__ CUtensorMap map_b, int M, int N, int K,
+                             Out* __restrict__ C, Epilogue e, int store_quads) {
+#ifdef LESSON10_SM90A
+  const auto write_out = [&](const float(&d)[128], int m0, int bn, const ConsumerGroup& g) {
+    write_tile_chunked(e, C, M, N, m0, bn, g.tid, g.warp, g.lane, g.barrier, d,
+                       reinterpret_cast<float*>(g.staging), store_quads);
+  };
+  persistent_block<In, v10cfg::kChunkBytes>(&map_a, &map_b, M, N, K, write_out);
 #elif defined(__CUDA_ARCH__)
   __trap();
 #endif

@@ -620,9 +620,9 @@ TEST_CASE("bad arguments throw std::invalid_argument before any CUDA call", "[cp
                     Contains("C is null"));
   CHECK_THROWS_WITH(tensor_gemm(4, 8, 8, 8, 1.0f, static_cast<__half*>(nullptr), p, 0.0f, c),
                     Contains("null"));
-  CHECK_THROWS_WITH(tensor_gemm(11, 8, 8, 8, 1.0f, p, p, 0.0f, c), Contains("unknown version"));
+  CHECK_THROWS_WITH(tensor_gemm(12, 8, 8, 8, 1.0f, p, p, 0.0f, c), Contains("unknown version"));
   CHECK_THROWS_WITH(tensor_gemm(1, 8, 8, 8, 1.0f, p, p, 0.0f, c, nullptr, Activation::relu),
-                    Contains("v2..v10"));
+                    Contains("v2..v11"));
   CHECK_THROWS_WITH(tensor_gemm(9, 8, 8, 12, 1.0f, p, p, 0.0f, c), Contains("multiples of 8"));
   CHECK_THROWS_WITH(tensor_gemm(9, 8, 8, 8, 1.0f, p + 1, p, 0.0f, c), Contains("16-byte"));
   CHECK_THROWS_WITH(tensor_gemm(10, 8, 12, 8, 1.0f, p, p, 0.0f, c), Contains("multiples of 8"));
@@ -1398,13 +1398,14 @@ TEST_CASE(
       });
 }
 
-// C = relu(1.5 A B + 0.5 C + bias) in FP16 by v6 and by `gemm(M, N, K, A, B, C, bias)` (the same
-// arguments), once with C aligned for the vector stores and once at an odd element offset (the
-// scalar path): both must have v6's bits. beta != 0 and ReLU, as in v4's test: no multiply left
-// that two kernels could contract differently. Three shapes: tails in M, N and K; 11 x 4 tiles
-// with 5 K tiles, which wrap the 4-stage ring; one 8-wide column with a single partial K tile.
+// C = relu(alpha A B + beta C + bias) in FP16 by v6 and by `gemm(M, N, K, alpha, A, B, beta, C,
+// bias)` (the same arguments, ReLU), once with C aligned for the vector stores and once at an odd
+// element offset (the scalar path): both must have v6's bits. beta != 0, or alpha == 1: no
+// multiply left that two kernels could contract differently with an add (v4's test's reason for
+// ReLU too). Three shapes: tails in M, N and K; 11 x 4 tiles with 5 K tiles, which wrap the
+// 4-stage ring; one 8-wide column with a single partial K tile.
 template <class G>
-void check_v6_bits(G&& gemm) {
+void check_v6_bits(G&& gemm, float alpha = 1.5f, float beta = 0.5f) {
   for (const Case& c : std::vector<Case>{{257, 264, 72}, {1300, 776, 264}, {128, 8, 8}}) {
     INFO("M " << c.M << " N " << c.N << " K " << c.K);
     const std::size_t an = std::size_t{1} * c.M * c.K, bn = std::size_t{1} * c.K * c.N,
@@ -1415,10 +1416,10 @@ void check_v6_bits(G&& gemm) {
     fill_uniform(B.data(), bn, 42, -1.0f, 1.0f);
     fill_uniform(bias.data(), c.N, 43, -1.0f, 1.0f);
     for (__half* p : {C6.data(), C.data(), C_odd.data() + 1}) fill_uniform(p, cn, 44, -1.0f, 1.0f);
-    tensor_gemm(6, c.M, c.N, c.K, 1.5f, A.data(), B.data(), 0.5f, C6.data(), bias.data(),
+    tensor_gemm(6, c.M, c.N, c.K, alpha, A.data(), B.data(), beta, C6.data(), bias.data(),
                 Activation::relu);
-    gemm(c.M, c.N, c.K, A.data(), B.data(), C.data(), bias.data());
-    gemm(c.M, c.N, c.K, A.data(), B.data(), C_odd.data() + 1, bias.data());
+    gemm(c.M, c.N, c.K, alpha, A.data(), B.data(), beta, C.data(), bias.data());
+    gemm(c.M, c.N, c.K, alpha, A.data(), B.data(), beta, C_odd.data() + 1, bias.data());
     const std::vector<__half> v6 = course::to_host(C6), got = course::to_host(C),
                               odd = course::to_host(C_odd);
     std::size_t differ = 0, differ_odd = 0;
@@ -1434,10 +1435,10 @@ void check_v6_bits(G&& gemm) {
 // v9 issues v6's wgmma on v6's shared-memory layout in v6's order: the same bits.
 TEST_CASE("v9 gives v6's bits, with C aligned and at an odd element offset", "[gpu][v9]") {
   if (!supported(9, DType::f16) || !supported(6, DType::f16)) return;
-  check_v6_bits(
-      [](int M, int N, int K, const __half* A, const __half* B, __half* C, const float* bias) {
-        tensor_gemm(9, M, N, K, 1.5f, A, B, 0.5f, C, bias, Activation::relu);
-      });
+  check_v6_bits([](int M, int N, int K, float alpha, const __half* A, const __half* B, float beta,
+                   __half* C, const float* bias) {
+    tensor_gemm(9, M, N, K, alpha, A, B, beta, C, bias, Activation::relu);
+  });
 }
 
 // ---------------------------------------------------------------- GPU: v10, persistent + staged
@@ -1506,11 +1507,59 @@ TEST_CASE("v10 gives v6's bits, looping or not, with C aligned and at an odd ele
   if (!supported(10, DType::f16) || !supported(6, DType::f16)) return;
   for (const int blocks : {0, 3}) {
     INFO("blocks " << blocks);
-    check_v6_bits([blocks](int M, int N, int K, const __half* A, const __half* B, __half* C,
-                           const float* bias) {
-      gemm_v10_persistent_staged(blocks, M, N, K, 1.5f, A, B, 0.5f, C, bias, Activation::relu,
+    check_v6_bits([blocks](int M, int N, int K, float alpha, const __half* A, const __half* B,
+                           float beta, __half* C, const float* bias) {
+      gemm_v10_persistent_staged(blocks, M, N, K, alpha, A, B, beta, C, bias, Activation::relu,
                                  nullptr);
     });
+  }
+}
+
+// ---------------------------------------------------------------- GPU: v11, TMA stores
+
+// check_all_types and the edges run both of v11's paths: beta == 0 (the TMA stores) and
+// beta != 0 (v10's write-out).
+TEST_CASE("v11 TMA stores: every element vs FP64", "[gpu][v11]") {
+  check_all_types(11);
+  check_version_vs_cublas<__nv_bfloat16, float>(11);
+  if (supported(11, DType::f16)) check_128x256_edges(ByVersion{11});
+}
+
+// The TMA store path on few blocks with many tiles each (each warp group's two buffers alternate
+// across tiles), every output type, bias with ReLU and GELU, tails the boxes clip at (M = 1153:
+// a last tile row of one row; N = 520: a last tile column of 8 columns, 7 of its 8 boxes past N).
+TEST_CASE("v11 with 3 and 7 blocks, beta == 0: every element vs FP64", "[gpu][v11]") {
+  if (!supported(11, DType::f16)) return;
+  const auto run = [](int blocks, int K, Activation act, auto in, auto out) {
+    using In = decltype(in);
+    using Out = decltype(out);
+    check_against_reference<In, Out>(1153, 520, K, 1.0f, 0.0f, act != Activation::none, act,
+                                     [&](const In* A, const In* B, Out* C, const float* bias) {
+                                       gemm_v11_tma_store(blocks, 1153, 520, K, 1.0f, A, B, 0.0f, C,
+                                                          bias, act, nullptr);
+                                     });
+  };
+  for (const int blocks : {3, 7}) {
+    run(blocks, 136, Activation::none, __half{}, float{});
+    run(blocks, 200, Activation::relu, __half{}, __half{});
+    run(blocks, 72, Activation::gelu, __nv_bfloat16{}, __nv_bfloat16{});
+    run(blocks, 8, Activation::none, __nv_bfloat16{}, float{});
+  }
+}
+
+// With beta == 0 and alpha == 1, v11's TMA path (C aligned; at an odd offset it is v10's) stores
+// v6's values: the same bits, looping or not.
+TEST_CASE("v11's TMA stores give v6's bits", "[gpu][v11]") {
+  if (!supported(11, DType::f16) || !supported(6, DType::f16)) return;
+  for (const int blocks : {0, 3}) {
+    INFO("blocks " << blocks);
+    check_v6_bits(
+        [blocks](int M, int N, int K, float alpha, const __half* A, const __half* B, float beta,
+                 __half* C, const float* bias) {
+          gemm_v11_tma_store(blocks, M, N, K, alpha, A, B, beta, C, bias, Activation::relu,
+                             nullptr);
+        },
+        1.0f, 0.0f);
   }
 }
 
@@ -1744,7 +1793,7 @@ TEST_CASE("v8 in a CUDA graph: no allocation in a capture; replayed twice, the s
 }
 
 TEST_CASE("on compute capability 9.0 every version is supported (an H200 build)",
-          "[gpu][v5][v6][v7][v8][v9][v10]") {
+          "[gpu][v5][v6][v7][v8][v9][v10][v11]") {
   if (current_cc() != 90) return;
   for (const VersionInfo& info : versions())
     for (const DType t : {DType::f16, DType::bf16}) {
@@ -1756,8 +1805,8 @@ TEST_CASE("on compute capability 9.0 every version is supported (an H200 build)"
     }
 }
 
-TEST_CASE("on other GPUs v5..v7, v9 and v10 report NotSupported, not a crash", "[gpu]") {
-  for (const int v : {5, 6, 7, 9, 10}) {
+TEST_CASE("on other GPUs v5..v7 and v9..v11 report NotSupported, not a crash", "[gpu]") {
+  for (const int v : {5, 6, 7, 9, 10, 11}) {
     if (version_supported(v, DType::f16)) continue;
     course::DeviceBuffer<__half> A(64), B(64);
     course::DeviceBuffer<float> C(64);
