@@ -1,21 +1,20 @@
 // Lesson 10 benchmark: every version and the cuBLAS baselines in one run (make bench LESSON=10).
 //
-//   all_versions_4096/<name>     FP16 in and out, FP32 accumulation, 4096^3: cuBLAS, v1..v7, v9,
-//   and
-//                                v4 with its other tiles (gemm_v4_tile): 128x128 with K tiles of
-//                                32 (v4 as first written), 128x256 (K 32), the tuned 3-stage;
-//                                and cutlass_fp16, the CUTLASS 3.x baseline (cutlass_gemm.cuh),
-//                                in builds that have it
-//   bf16_4096/<name>             the same in BF16: cuBLAS, v4..v7, v9 (and cutlass_bf16)
-//   epilogue_4096/<name>         C = GELU(A B + bias): cuBLASLt's GELU_BIAS epilogue, v4..v7
-//                                and v9 fused, and v5..v7, v9 without an epilogue (what the
+//   all_versions_4096/<name>     FP16 in and out, FP32 accumulation, 4096^3: cuBLAS, v1..v7,
+//                                v9..v11, and v4 with its other tiles (gemm_v4_tile): 128x128 with
+//                                K tiles of 32 (v4 as first written), 128x256 (K 32), the tuned
+//                                3-stage; and cutlass_fp16, the CUTLASS 3.x baseline
+//                                (cutlass_gemm.cuh), in builds that have it
+//   bf16_4096/<name>             the same in BF16: cuBLAS, v4..v7, v9..v11 (and cutlass_bf16)
+//   epilogue_4096/<name>         C = GELU(A B + bias): cuBLASLt's GELU_BIAS epilogue, v4..v7,
+//                                v9..v11 fused, and v5..v7, v9..v11 without an epilogue (what the
 //                                fusion costs)
 //   sweep/<name>/<n>             squares n = 512 .. 8192: cuBLAS, v4 (tuned and 128x128 K 32),
-//                                v5..v7, v9 (and cutlass_fp16)
+//                                v5..v7, v9..v11 (and cutlass_fp16)
 //   fc/<name>/<batch>            a fully connected layer 4096 -> 4096 at batch 1..32 (M = batch):
 //                                cuBLAS, v4..v7 and v8 (split-K, written for these shapes)
 //   conv1x1/<name>/<MxNxK>       1x1 convolutions as GEMM (M = batch x pixels, N = out channels,
-//                                K = in channels): cuBLAS, v4..v9
+//                                K = in channels): cuBLAS, v4..v11
 //                                fc/ and conv1x1/ are timed with the L2 flushed before every
 //                                sample and also report GB/s and %copy (memory-bound shapes)
 //
@@ -172,25 +171,25 @@ bool register_all() {
     specs.push_back({prefix + (bf16 ? "cutlass_bf16" : "cutlass_fp16") + suffix, n, n, n, bf16,
                      kCutlass, Activation::none, bf16 ? "cublas_bf16" : "cublas_fp16"});
   };
-  add_group("all_versions_4096/", "", 4096, 4096, 4096, false, {1, 2, 3, 4, 5, 6, 7, 9});
+  add_group("all_versions_4096/", "", 4096, 4096, 4096, false, {1, 2, 3, 4, 5, 6, 7, 9, 10, 11});
   add_cutlass("all_versions_4096/", "", 4096, false);
   for (const auto& [suffix, tile] :
        {std::pair{"_128x128_k32", V4Tile::t128x128_s4}, std::pair{"_128x256", V4Tile::t128x256_s3},
         std::pair{"_128x256_k64_s3", V4Tile::t128x256_k64_s3}})
     specs.push_back({std::string("all_versions_4096/v4_pipeline") + suffix, 4096, 4096, 4096, false,
                      kV4Tile + static_cast<int>(tile), Activation::none, "cublas_fp16"});
-  add_group("bf16_4096/", "", 4096, 4096, 4096, true, {4, 5, 6, 7, 9});
+  add_group("bf16_4096/", "", 4096, 4096, 4096, true, {4, 5, 6, 7, 9, 10, 11});
   add_cutlass("bf16_4096/", "", 4096, true);
   specs.push_back({"epilogue_4096/cublaslt_bias_gelu", 4096, 4096, 4096, false, -2,
                    Activation::gelu, "cublaslt_gelu"});
-  for (const int v : {4, 5, 6, 7, 9})
+  for (const int v : {4, 5, 6, 7, 9, 10, 11})
     specs.push_back({"epilogue_4096/" + std::string(version_info(v).name) + "_bias_gelu", 4096,
                      4096, 4096, false, v, Activation::gelu, "cublaslt_gelu"});
-  for (const int v : {5, 6, 7, 9})
+  for (const int v : {5, 6, 7, 9, 10, 11})
     specs.push_back({"epilogue_4096/" + std::string(version_info(v).name) + "_no_epilogue", 4096,
                      4096, 4096, false, v, Activation::none, "cublaslt_gelu"});
   for (const int n : {512, 1024, 2048, 4096, 8192}) {
-    add_group("sweep/", "/" + std::to_string(n), n, n, n, false, {4, 5, 6, 7, 9});
+    add_group("sweep/", "/" + std::to_string(n), n, n, n, false, {4, 5, 6, 7, 9, 10, 11});
     add_cutlass("sweep/", "/" + std::to_string(n), n, false);
     specs.push_back({"sweep/v4_pipeline_128x128_k32/" + std::to_string(n), n, n, n, false,
                      kV4Tile + static_cast<int>(V4Tile::t128x128_s4), Activation::none,
@@ -204,7 +203,7 @@ bool register_all() {
        std::vector<std::vector<int>>{{25088, 256, 64}, {25088, 64, 256}, {1568, 256, 1024}})
     add_group("conv1x1/",
               "/" + std::to_string(s[0]) + "x" + std::to_string(s[1]) + "x" + std::to_string(s[2]),
-              s[0], s[1], s[2], false, {4, 5, 6, 7, 8, 9});
+              s[0], s[1], s[2], false, {4, 5, 6, 7, 8, 9, 10, 11});
 
   for (Spec& spec : specs) {
     const std::string name = spec.name;

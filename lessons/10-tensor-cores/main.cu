@@ -487,8 +487,8 @@ int main(int argc, char** argv) {
   const SizeOption sizes[] = {
       {"--size", "M = N = K = S (default 4096)", {&opt.M, &opt.N, &opt.K}},
       {"--m", "M alone (any value >= 1)", {&opt.M}},
-      {"--n", "N alone (v2..v9 need a multiple of 8)", {&opt.N}},
-      {"--k", "K alone (v2..v9 need a multiple of 8)", {&opt.K}},
+      {"--n", "N alone (v2..v11 need a multiple of 8)", {&opt.N}},
+      {"--k", "K alone (v2..v11 need a multiple of 8)", {&opt.K}},
   };
   for (const SizeOption& so : sizes) {
     const std::vector<int*> targets = so.targets;

@@ -1,5 +1,5 @@
 // Lesson 10: the tensor-core GEMM versions v1..v4 (and v8, tensor_gemm_v8.cuh, included below),
-// the dispatcher, cuBLAS / cuBLASLt baselines, the peak and the CPU oracle. v5..v7 and v9
+// the dispatcher, cuBLAS / cuBLASLt baselines, the peak and the CPU oracle. v5..v7 and v9..v11
 // (Hopper, sm_90a) are in tensor_gemm_sm90.cu. The API and the conventions are documented in
 // tensor_gemm.cuh.
 #include "tensor_gemm.cuh"
@@ -569,6 +569,9 @@ const std::vector<VersionInfo>& versions() {
        "small M (inference): 16..64 x 64 tiles, K split over blocks, last block sums in order"},
       {9, "v9_cluster_multicast",
        "v6 on 2-block clusters along M: B's tile TMA-multicast to both, half loaded by each"},
+      {10, "v10_persistent_staged",
+       "v6 persistent (one block per SM), written out through a staging buffer beside the ring"},
+      {11, "v11_tma_store", "v10 with each staged chunk stored by TMA, where beta == 0"},
   };
   return v;
 }
@@ -587,7 +590,7 @@ bool version_supported(int version, DType in, std::string* why_not) {
   const std::string cc = std::to_string(major) + "." + std::to_string(minor);
   std::string reason;
   cudaFuncAttributes attr{};
-  if ((version >= 5 && version <= 7) || version == 9) {  // v5..v7, v9: tensor_gemm_sm90.cu
+  if ((version >= 5 && version <= 7) || version >= 9) {  // v5..v7, v9..v11: tensor_gemm_sm90.cu
     if (!(major == 9 && minor == 0)) {
       reason = "wgmma and TMA need compute capability 9.0 (sm_90a code); this GPU is " + cc;
     } else if (!sm90_kernels_built()) {
@@ -660,7 +663,7 @@ void tensor_gemm(int version, int M, int N, int K, float alpha, const In* A, con
     throw std::invalid_argument(who + ": unknown activation " +
                                 std::to_string(static_cast<int>(act)));
   if (version == 1 && (bias != nullptr || act != Activation::none))
-    throw std::invalid_argument(who + ": the fused bias + activation epilogue is in v2..v9");
+    throw std::invalid_argument(who + ": the fused bias + activation epilogue is in v2..v11");
   if (!check_tensor_gemm_args(who.c_str(), M, N, K, A, B, C, version >= 2)) return;
   std::string why;
   if (!version_supported(version, dtype_of<In>(), &why))
@@ -700,6 +703,12 @@ void tensor_gemm(int version, int M, int N, int K, float alpha, const In* A, con
       break;
     case 9:
       gemm_v9_cluster<In, Out>(M, N, K, alpha, A, B, beta, C, bias, act, stream);
+      break;
+    case 10:
+      gemm_v10_persistent_staged<In, Out>(0, M, N, K, alpha, A, B, beta, C, bias, act, stream);
+      break;
+    case 11:
+      gemm_v11_tma_store<In, Out>(0, M, N, K, alpha, A, B, beta, C, bias, act, stream);
       break;
   }
 }

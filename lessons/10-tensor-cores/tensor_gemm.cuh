@@ -41,18 +41,26 @@
 //                  multicasts it into both blocks' shared memory, and a stage is refilled only
 //                  when the consumers of both blocks have released it (tensor_gemm_v9.cuh; the
 //                  map of blocks to tiles and B's halves: namespace v9cluster below)
+//   v10_persistent_staged  v6 made persistent (one block per SM looping over tiles, as v7) and
+//                  still staged: each consumer warp group writes its accumulators out through a
+//                  64x32 FP32 buffer of its own beside the 4-stage ring, synchronising only
+//                  itself, while the producer loads the next tile (tensor_gemm_v10.cuh)
+//   v11_tma_store  v10 with each staged chunk written to C by one TMA store (the epilogue applied
+//                  in registers first), where C is not read (beta == 0) and is 16-byte aligned;
+//                  elsewhere v10 (tensor_gemm_v11.cuh)
 //
 // Conventions of every launcher:
 //  - Dense row-major device arrays. Any M, N, K >= 0; tiles at the edges are zero-filled.
 //  - M == 0 or N == 0: nothing to do (pointers may be null). K == 0: C = act(beta*C + bias).
 //  - beta == 0: C is not read (may hold NaN), as in BLAS.
-//  - Alignment: v1 has none. v2..v9 load 16-byte chunks (cp.async / TMA), so they need
+//  - Alignment: v1 has none. v2..v11 load 16-byte chunks (cp.async / TMA), so they need
 //    K % 8 == 0, N % 8 == 0 and A, B 16-byte aligned; otherwise std::invalid_argument saying so.
 //  - Errors: std::invalid_argument for a negative size, a null pointer that is used, more than
 //    INT_MAX elements in a matrix, an unknown version, the alignment above, or bias/act given to
 //    v1; NotSupported (a std::runtime_error) for a version this GPU or this build lacks
-//    (v2..v4 and v8 need compute capability 8.0 and a build for compute_80+; v5..v7 and v9 need
-//    exactly 9.0); course::CudaError for a failed launch. Launches are asynchronous on `stream`.
+//    (v2..v4 and v8 need compute capability 8.0 and a build for compute_80+; v5..v7 and v9..v11
+//    need exactly 9.0); course::CudaError for a failed launch. Launches are asynchronous on
+//    `stream`.
 //  - v8 alone keeps state between calls: a workspace per (device, stream), allocated by the
 //    first call that needs it (gemm_v8_splitk says when, and what that means for CUDA graphs).
 #pragma once
@@ -416,6 +424,39 @@ __host__ __device__ constexpr unsigned stage_tx_bytes(bool has_tile) {
 }
 }  // namespace v9cluster
 
+// ---------------------------------------------------------------- v10's staging buffer
+// (CPU-tested)
+//
+// v10 (tensor_gemm_v10.cuh) writes each consumer warp group's 64 x 256 accumulators out through a
+// 64 x 32 FP32 buffer of its own, one chunk of 32 columns at a time: each thread stores its
+// accumulator pairs of the chunk (float2, where the wgmma fragment puts them), the warp group
+// meets at a barrier, and each thread reads 4 consecutive floats of a row (float4) for the
+// global stores. Shared memory serves 64-bit accesses a half-warp at a time and 128-bit ones a
+// quarter warp at a time, and is conflict-free when those threads' words fall in distinct banks:
+//  - a half-warp's float2 stores cover 4 rows x 8 columns of the fragment; with rows of 32
+//    floats the 4 rows share the same 8 banks (4 ways), with rows padded to 40 floats
+//    (8 banks mod 32) they fall on 4 disjoint groups of 8 banks;
+//  - a quarter warp's float4 reads cover one row's 32 floats: 32 banks.
+namespace v10staging {
+constexpr int kRows = 64;                 // a consumer warp group's rows of the tile
+constexpr int kChunkCols = 32;            // columns staged at a time
+constexpr int kChunkLd = kChunkCols + 8;  // floats per staged row
+constexpr int kQuadsPerRow = kChunkCols / 4;
+constexpr int kThreads = 128;  // the warp group
+// The float offset in the buffer (rows of `ld` floats) of the pair of accumulators that thread
+// (warp, lane) of the warp group holds for 8-column group jj of the chunk, rows h = 0 (lane / 4)
+// or h = 1 (eight rows below): columns jj * 8 + 2 (lane % 4) and the next.
+__host__ __device__ inline int fragment_offset(int warp, int lane, int jj, int h,
+                                               int ld = kChunkLd) {
+  const RowCol rc = mma_c_element(lane, 2 * h);
+  return (warp * 16 + rc.row) * ld + jj * 8 + rc.col;
+}
+// The chunk's row and column of the 4 floats read at step idx = thread + 128 i of the write-out.
+__host__ __device__ inline RowCol quad_of(int idx) {
+  return {idx / kQuadsPerRow, idx % kQuadsPerRow * 4};
+}
+}  // namespace v10staging
+
 // ---------------------------------------------------------------- the launchers
 
 // A version the GPU or the build lacks: report "not supported on this GPU", not a failure.
@@ -442,7 +483,7 @@ constexpr DType dtype_of<__nv_bfloat16>() {
 }
 
 // One call of any version. In: __half or __nv_bfloat16; Out: float or In (instantiated for
-// those four pairs). bias: N floats on the device or null; act: none unless v2..v9.
+// those four pairs). bias: N floats on the device or null; act: none unless v2..v11.
 template <class In, class Out>
 void tensor_gemm(int version, int M, int N, int K, float alpha, const In* A, const In* B,
                  float beta, Out* C, const float* bias = nullptr, Activation act = Activation::none,
@@ -476,7 +517,7 @@ void gemm_v4_tile(V4Tile tile, int M, int N, int K, float alpha, const In* A, co
                   Activation act = Activation::none, cudaStream_t stream = nullptr);
 
 struct VersionInfo {
-  int number;        // 1..9, what --version takes
+  int number;        // 1..11, what --version takes
   const char* name;  // "v4_pipeline"
   const char* idea;  // one line
 };
@@ -491,7 +532,7 @@ constexpr int kHopperVersion = 5;  // the first wgmma kernel
 bool version_supported(int version, DType in, std::string* why_not = nullptr);
 
 // Throws std::invalid_argument (naming `who`) for the conventions above; returns false when
-// there is nothing to compute. `aligned16` asks for the v2..v9 alignment.
+// there is nothing to compute. `aligned16` asks for the v2..v11 alignment.
 bool check_tensor_gemm_args(const char* who, int M, int N, int K, const void* A, const void* B,
                             const void* C, bool aligned16);
 
@@ -524,6 +565,23 @@ void gemm_v9_cluster(int M, int N, int K, float alpha, const In* A, const In* B,
 // SMs of one GPC with v6's 193 KiB of shared memory free, so a GPC with an odd number of usable
 // SMs leaves one idle. Call it only where version_supported(9, ...); throws CudaError.
 int v9_active_clusters();
+// v10: v6 made persistent (v7's loop over tiles on at most `blocks` blocks, <= 0: one per SM) with
+// the write-out staged through a shared-memory buffer of its own beside the 4-stage ring
+// (tensor_gemm_v10.cuh), so the producer loads the next tile while the consumers write this one
+// out, coalesced. tensor_gemm(10, ...) passes 0, the tests a few blocks so that each loops over
+// many tiles. Same types, conventions and epilogue as v6; call it only after tensor_gemm's checks
+// (K > 0, K % 8 == 0, N % 8 == 0, A and B 16-byte aligned).
+template <class In, class Out>
+void gemm_v10_persistent_staged(int blocks, int M, int N, int K, float alpha, const In* A,
+                                const In* B, float beta, Out* C, const float* bias, Activation act,
+                                cudaStream_t stream);
+// v11: v10 whose write-out is a TMA store (cp.async.bulk.tensor) of each staged 64 x 32 chunk,
+// the epilogue applied in registers first (tensor_gemm_v11.cuh). Only where C is not read
+// (beta == 0) and C is 16-byte aligned; otherwise it runs v10. Same arguments, conventions and
+// epilogue as v10.
+template <class In, class Out>
+void gemm_v11_tma_store(int blocks, int M, int N, int K, float alpha, const In* A, const In* B,
+                        float beta, Out* C, const float* bias, Activation act, cudaStream_t stream);
 // Whether the sm_90a library holds real code (false if nvcc could not build it).
 bool sm90_kernels_built();
 
@@ -634,7 +692,7 @@ constexpr double kFp32U = 1.0 / (1 << 24);
 // The exercises write pieces of two real GEMMs; each stub's comment in exercise.cu is its
 // contract. The test binary lesson10_exercise_tests runs your exercise.cu; lesson10_tests, the
 // lesson binary and the benchmark run the solutions (solutions.cuh, solutions_sm90.cu), and
-// the course's own kernels v1..v9 never call the ex_ functions.
+// the course's own kernels v1..v11 never call the ex_ functions.
 //
 // Exercise 1: the shared-memory addresses of an mma.sync kernel whose tiles are XOR-swizzled:
 //   where element (row, col) of a tile with rows of `row_halves` halves is stored, and which

@@ -1,10 +1,11 @@
-// Lesson 10, v5..v7 and v9: Hopper's TMA + wgmma, compiled ONLY for sm_90a (this file is its own
-// static library, built with -gencode=arch=compute_90a,code=sm_90a; see CMakeLists.txt). The API
-// is in tensor_gemm.cuh; tensor_gemm(5, ...) and tensor_gemm(6, ...) check the arguments and the
-// GPU, then call gemm_v5_wgmma / gemm_v6_wgmma_128x256 here (v9, the cluster version of v6, is
-// tensor_gemm_v9.cuh, included at the end). v6 is v5 with the known Hopper
-// steps, listed where it starts below; both share the barrier, TMA, descriptor and tensor-map
-// helpers of wgmma.cuh, and the consumers' K loop of solutions_sm90.cuh (exercise 3's answer).
+// Lesson 10, v5..v7, v9 and v10: Hopper's TMA + wgmma, compiled ONLY for sm_90a (this file is its
+// own static library, built with -gencode=arch=compute_90a,code=sm_90a; see CMakeLists.txt). The
+// API is in tensor_gemm.cuh; tensor_gemm(5, ...) and tensor_gemm(6, ...) check the arguments and
+// the GPU, then call gemm_v5_wgmma / gemm_v6_wgmma_128x256 here (v9, the cluster version of v6, is
+// tensor_gemm_v9.cuh, and v10, v6 persistent with a staging buffer, tensor_gemm_v10.cuh, both
+// included at the end). v6 is v5 with the known Hopper steps, listed where it starts below; both
+// share the barrier, TMA, descriptor and tensor-map helpers of wgmma.cuh, and the consumers' K
+// loop of solutions_sm90.cuh (exercise 3's answer).
 //
 // v5's kernel (one 128x128 tile of C per block, 384 threads = 3 warp groups):
 //   warp group 0, the producer: one thread issues TMA loads (cp.async.bulk.tensor.2d) of A's
@@ -153,6 +154,37 @@ constexpr int kStagedLd = BN + 8;  // floats per staged row
 static_assert(BM * kStagedLd * 4 <= kStages * kStageBytes, "the staged tile must fit the ring");
 }  // namespace v6cfg
 
+#ifdef LESSON10_SM90A
+// The producer of v6, v7 and v10 (one thread): the K tiles of this block's output tiles
+// (blockIdx.x, blockIdx.x + gridDim.x, ... in tile_coord's order) into the ring, TMA boxes of A
+// (128 x 64) and B (four of 64 x 64) per stage. `it` counts ring uses across tiles, as the
+// consumers' consume_k_tiles does, so stage and phase agree between the two roles.
+__device__ __forceinline__ void produce_128x256_tiles(const CUtensorMap* map_a,
+                                                      const CUtensorMap* map_b, std::uint64_t* full,
+                                                      std::uint64_t* empty, unsigned char* smem,
+                                                      int M, int N, int K) {
+  using v6cfg::BK, v6cfg::BM, v6cfg::BN, v6cfg::kATileBytes, v6cfg::kBBoxes, v6cfg::kGroupM,
+      v6cfg::kStageBytes, v6cfg::kStages;
+  const int tiles_m = ceil_div(M, BM), tiles_n = ceil_div(N, BN), k_tiles = ceil_div(K, BK);
+  int it = 0;
+  for (int tile = blockIdx.x; tile < tiles_m * tiles_n; tile += gridDim.x) {
+    const TileCoord tc = tile_coord(tile, tiles_m, tiles_n, kGroupM);
+    const int bm = tc.m * BM, bn = tc.n * BN;
+    for (int kt = 0; kt < k_tiles; ++kt, ++it) {
+      const int s = pipeline_stage(it, kStages);
+      // The stage's previous use (it - kStages) must be released by both consumers.
+      if (it >= kStages) mbar_wait(&empty[s], pipeline_phase(it - kStages, kStages));
+      unsigned char* st = smem + s * kStageBytes;
+      mbar_expect_tx(&full[s], kStageBytes);  // whole boxes, zero-filled past the edges
+      tma_load_2d(st, map_a, kt * BK, bm, &full[s]);
+#pragma unroll
+      for (int b = 0; b < kBBoxes; ++b)
+        tma_load_2d(st + kATileBytes + b * kBBoxBytes, map_b, bn + 64 * b, kt * BK, &full[s]);
+    }
+  }
+}
+#endif  // LESSON10_SM90A
+
 // The 256 consumer threads (warp groups 1 and 2) only: named barrier 1 (0 is __syncthreads).
 __device__ __forceinline__ void consumers_sync() {
   asm volatile("bar.sync 1, 256;\n" ::: "memory");
@@ -195,8 +227,8 @@ __global__ void __launch_bounds__(v6cfg::kThreads, 1)
                          const __grid_constant__ CUtensorMap map_b, int M, int N, int K,
                          Out* __restrict__ C, Epilogue e, int store_pairs) {
 #ifdef LESSON10_SM90A
-  using v6cfg::BK, v6cfg::BM, v6cfg::BN, v6cfg::kATileBytes, v6cfg::kBBoxes, v6cfg::kGroupM,
-      v6cfg::kStageBytes, v6cfg::kStages;
+  using v6cfg::BK, v6cfg::BM, v6cfg::BN, v6cfg::kATileBytes, v6cfg::kGroupM, v6cfg::kStageBytes,
+      v6cfg::kStages;
   extern __shared__ unsigned char smem_raw[];
   unsigned char* smem = align_1024(smem_raw);
   std::uint64_t* full = reinterpret_cast<std::uint64_t*>(smem + kStages * kStageBytes);
@@ -211,24 +243,7 @@ __global__ void __launch_bounds__(v6cfg::kThreads, 1)
   // and phase agree between producer and consumers.
   if (wg == 0) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
-    if (tid_in_wg == 0) {
-      int it = 0;
-      for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-        const TileCoord tc = tile_coord(tile, tiles_m, tiles_n, kGroupM);
-        const int bm = tc.m * BM, bn = tc.n * BN;
-        for (int kt = 0; kt < k_tiles; ++kt, ++it) {
-          const int s = pipeline_stage(it, kStages);
-          // The stage's previous use (it - kStages) must be released by both consumers.
-          if (it >= kStages) mbar_wait(&empty[s], pipeline_phase(it - kStages, kStages));
-          unsigned char* st = smem + s * kStageBytes;
-          mbar_expect_tx(&full[s], kStageBytes);  // whole boxes, zero-filled past the edges
-          tma_load_2d(st, &map_a, kt * BK, bm, &full[s]);
-#pragma unroll
-          for (int b = 0; b < kBBoxes; ++b)
-            tma_load_2d(st + kATileBytes + b * kBBoxBytes, &map_b, bn + 64 * b, kt * BK, &full[s]);
-        }
-      }
-    }
+    if (tid_in_wg == 0) produce_128x256_tiles(&map_a, &map_b, full, empty, smem, M, N, K);
   } else {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
     const int rows = (wg - 1) * 64;  // this consumer's 64 rows of the tile
@@ -286,6 +301,16 @@ void gemm_v5_wgmma(int M, int N, int K, float alpha, const In* A, const In* B, f
   CUDA_CHECK_LAUNCH();
 }
 
+namespace {
+// The current device's SM count: a persistent grid's size (v7, v10).
+int sm_count() {
+  int device = 0, sms = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  return sms;
+}
+}  // namespace
+
 // v6's kernel on `grid` blocks: one per tile (v6), or fewer, each looping over tiles (v7).
 // grid_limit <= 0: one block per tile.
 template <class In, class Out>
@@ -319,12 +344,8 @@ template <class In, class Out>
 void gemm_v7_persistent(int blocks, int M, int N, int K, float alpha, const In* A, const In* B,
                         float beta, Out* C, const float* bias, Activation act,
                         cudaStream_t stream) {
-  if (blocks <= 0) {
-    // One block per SM: the 197 KiB of shared memory allow no second one.
-    int device = 0;
-    CUDA_CHECK(cudaGetDevice(&device));
-    CUDA_CHECK(cudaDeviceGetAttribute(&blocks, cudaDevAttrMultiProcessorCount, device));
-  }
+  // One block per SM: the 197 KiB of shared memory allow no second one.
+  if (blocks <= 0) blocks = sm_count();
   launch_128x256(blocks, M, N, K, alpha, A, B, beta, C, bias, act, stream);
 }
 
@@ -333,6 +354,11 @@ void gemm_v7_persistent(int blocks, int M, int N, int K, float alpha, const In* 
 // v9, v6 on clusters of two blocks sharing B by TMA multicast: its own file, compiled in this
 // translation unit (it uses v6's configuration and write-out).
 #include "tensor_gemm_v9.cuh"
+// v10, v6 made persistent with a staging buffer beside the ring: its own file too (it uses v6's
+// configuration and producer).
+#include "tensor_gemm_v10.cuh"
+// v11, v10 with the write-out stored by TMA where C is not read (tensor_gemm_v11.cuh).
+#include "tensor_gemm_v11.cuh"
 
 namespace lesson10 {
 
@@ -344,7 +370,12 @@ namespace lesson10 {
   template void gemm_v7_persistent<In, Out>(int, int, int, int, float, const In*, const In*,      \
                                             float, Out*, const float*, Activation, cudaStream_t); \
   template void gemm_v9_cluster<In, Out>(int, int, int, float, const In*, const In*, float, Out*, \
-                                         const float*, Activation, cudaStream_t);
+                                         const float*, Activation, cudaStream_t);                 \
+  template void gemm_v10_persistent_staged<In, Out>(int, int, int, int, float, const In*,         \
+                                                    const In*, float, Out*, const float*,         \
+                                                    Activation, cudaStream_t);                    \
+  template void gemm_v11_tma_store<In, Out>(int, int, int, int, float, const In*, const In*,      \
+                                            float, Out*, const float*, Activation, cudaStream_t);
 LESSON10_INSTANTIATE(__half, float)
 LESSON10_INSTANTIATE(__half, __half)
 LESSON10_INSTANTIATE(__nv_bfloat16, float)

@@ -501,6 +501,77 @@ TEST_CASE("the grouped tile order (v4 tuned, v6, v7) is a bijection, group by gr
   CHECK(tile_coord(128, 32, 16, 8).m == 8);
 }
 
+// v10's staging buffer (v10staging): the 128 threads' float2 stores put every accumulator of a
+// 64 x 32 chunk at its own row and column, once; the float4 reads of the write-out read each
+// element once; and both are conflict-free with rows of 40 floats, while rows of 32 make the
+// stores 4-way.
+TEST_CASE("v10's staging buffer: every element once, stores and reads conflict-free",
+          "[cpu][v10]") {
+  using namespace v10staging;
+  // The most distinct words any bank serves for one group of threads' accesses.
+  const auto ways = [](const std::vector<int>& words) {
+    std::vector<std::set<int>> bank(32);
+    for (const int w : words) bank[w % 32].insert(w);
+    std::size_t worst = 0;
+    for (const auto& b : bank) worst = std::max(worst, b.size());
+    return static_cast<int>(worst);
+  };
+  const auto worst_store_ways = [&](int ld) {
+    int worst = 0;
+    for (int warp = 0; warp < kThreads / 32; ++warp)
+      for (int jj = 0; jj < kChunkCols / 8; ++jj)
+        for (int h = 0; h < 2; ++h)
+          for (int half = 0; half < 2; ++half) {  // 64-bit accesses: a half-warp at a time
+            std::vector<int> words;
+            for (int lane = 16 * half; lane < 16 * half + 16; ++lane) {
+              const int o = fragment_offset(warp, lane, jj, h, ld);
+              words.push_back(o);
+              words.push_back(o + 1);
+            }
+            worst = std::max(worst, ways(words));
+          }
+    return worst;
+  };
+  CHECK(worst_store_ways(kChunkLd) == 1);
+  CHECK(worst_store_ways(kChunkCols) == 4);
+  CHECK(kChunkLd * 4 % 16 == 0);  // float4 reads of every row 16-byte aligned
+
+  // Stores: each (row, column) of the chunk once, at row * kChunkLd + column, and it is the
+  // accumulator that mma_c_element places there (row warp * 16 + its row, column jj * 8 + its
+  // column).
+  std::vector<int> stored(kRows * kChunkLd, 0);
+  for (int warp = 0; warp < kThreads / 32; ++warp)
+    for (int lane = 0; lane < 32; ++lane)
+      for (int jj = 0; jj < kChunkCols / 8; ++jj)
+        for (int h = 0; h < 2; ++h) {
+          const int o = fragment_offset(warp, lane, jj, h);
+          const RowCol rc = mma_c_element(lane, 2 * h);
+          REQUIRE(o == (warp * 16 + rc.row) * kChunkLd + jj * 8 + rc.col);
+          REQUIRE(o % 2 == 0);  // float2 aligned
+          ++stored[o];
+          ++stored[o + 1];
+        }
+  // Reads: each (row, column) once, a quarter warp's float4 covering 32 banks.
+  std::vector<int> read(kRows * kChunkLd, 0);
+  for (int idx = 0; idx < kRows * kQuadsPerRow; idx += 8) {
+    std::vector<int> words;
+    for (int t = idx; t < idx + 8; ++t) {
+      const RowCol q = quad_of(t);
+      for (int i = 0; i < 4; ++i) {
+        words.push_back(q.row * kChunkLd + q.col + i);
+        ++read[q.row * kChunkLd + q.col + i];
+      }
+    }
+    CHECK(ways(words) == 1);
+  }
+  for (int r = 0; r < kRows; ++r)
+    for (int c = 0; c < kChunkLd; ++c) {
+      const int want = c < kChunkCols ? 1 : 0;  // the padding is neither written nor read
+      REQUIRE(stored[r * kChunkLd + c] == want);
+      REQUIRE(read[r * kChunkLd + c] == want);
+    }
+}
+
 TEST_CASE("FP16 tensor peak table reproduces the datasheet figures", "[cpu]") {
   // H100 SXM5: 132 SMs at 1830 MHz boost, 989.4 dense FP16 TFLOP/s (NVIDIA H100 datasheet).
   CHECK(132.0 * fp16_flops_per_clock_per_sm(9, 0) * 1.83e9 / 1e12 == Approx(989.4).epsilon(0.002));
@@ -549,11 +620,13 @@ TEST_CASE("bad arguments throw std::invalid_argument before any CUDA call", "[cp
                     Contains("C is null"));
   CHECK_THROWS_WITH(tensor_gemm(4, 8, 8, 8, 1.0f, static_cast<__half*>(nullptr), p, 0.0f, c),
                     Contains("null"));
-  CHECK_THROWS_WITH(tensor_gemm(10, 8, 8, 8, 1.0f, p, p, 0.0f, c), Contains("unknown version"));
+  CHECK_THROWS_WITH(tensor_gemm(12, 8, 8, 8, 1.0f, p, p, 0.0f, c), Contains("unknown version"));
   CHECK_THROWS_WITH(tensor_gemm(1, 8, 8, 8, 1.0f, p, p, 0.0f, c, nullptr, Activation::relu),
-                    Contains("v2..v9"));
+                    Contains("v2..v11"));
   CHECK_THROWS_WITH(tensor_gemm(9, 8, 8, 12, 1.0f, p, p, 0.0f, c), Contains("multiples of 8"));
   CHECK_THROWS_WITH(tensor_gemm(9, 8, 8, 8, 1.0f, p + 1, p, 0.0f, c), Contains("16-byte"));
+  CHECK_THROWS_WITH(tensor_gemm(10, 8, 12, 8, 1.0f, p, p, 0.0f, c), Contains("multiples of 8"));
+  CHECK_THROWS_WITH(tensor_gemm(10, 8, 8, 8, 1.0f, p, p + 1, 0.0f, c), Contains("16-byte"));
   CHECK_THROWS_WITH(tensor_gemm(8, 8, 8, 12, 1.0f, p, p, 0.0f, c), Contains("multiples of 8"));
   CHECK_THROWS_WITH(gemm_v8_splitk(-1, 8, 8, 8, 1.0f, p, p, 0.0f, c), Contains("splits"));
   CHECK_THROWS_WITH(gemm_v8_splitk(v8splitk::kMaxSplits + 1, 8, 8, 8, 1.0f, p, p, 0.0f, c),
@@ -1325,37 +1398,168 @@ TEST_CASE(
       });
 }
 
-// v9 issues v6's wgmma on v6's shared-memory layout in v6's order: the same bits, whether C is
-// aligned for the vector stores or at an odd element offset (the scalar path). beta != 0 and
-// ReLU, as in v4's test: no multiply left that two kernels could contract differently.
-TEST_CASE("v9 gives v6's bits, with C aligned and at an odd element offset", "[gpu][v9]") {
-  if (!supported(9, DType::f16) || !supported(6, DType::f16)) return;
+// C = relu(alpha A B + beta C + bias) in FP16 by v6 and by `gemm(M, N, K, alpha, A, B, beta, C,
+// bias)` (the same arguments, ReLU), once with C aligned for the vector stores and once at an odd
+// element offset (the scalar path): both must have v6's bits. beta != 0, or alpha == 1: no
+// multiply left that two kernels could contract differently with an add (v4's test's reason for
+// ReLU too). Three shapes: tails in M, N and K; 11 x 4 tiles with 5 K tiles, which wrap the
+// 4-stage ring; one 8-wide column with a single partial K tile.
+template <class G>
+void check_v6_bits(G&& gemm, float alpha = 1.5f, float beta = 0.5f) {
   for (const Case& c : std::vector<Case>{{257, 264, 72}, {1300, 776, 264}, {128, 8, 8}}) {
     INFO("M " << c.M << " N " << c.N << " K " << c.K);
     const std::size_t an = std::size_t{1} * c.M * c.K, bn = std::size_t{1} * c.K * c.N,
                       cn = std::size_t{1} * c.M * c.N;
-    course::DeviceBuffer<__half> A(an), B(bn), C6(cn), C9(cn), C9_odd(cn + 1);
+    course::DeviceBuffer<__half> A(an), B(bn), C6(cn), C(cn), C_odd(cn + 1);
     course::DeviceBuffer<float> bias(c.N);
     fill_uniform(A.data(), an, 41, -1.0f, 1.0f);
     fill_uniform(B.data(), bn, 42, -1.0f, 1.0f);
     fill_uniform(bias.data(), c.N, 43, -1.0f, 1.0f);
-    for (__half* p : {C6.data(), C9.data(), C9_odd.data() + 1})
-      fill_uniform(p, cn, 44, -1.0f, 1.0f);
-    tensor_gemm(6, c.M, c.N, c.K, 1.5f, A.data(), B.data(), 0.5f, C6.data(), bias.data(),
+    for (__half* p : {C6.data(), C.data(), C_odd.data() + 1}) fill_uniform(p, cn, 44, -1.0f, 1.0f);
+    tensor_gemm(6, c.M, c.N, c.K, alpha, A.data(), B.data(), beta, C6.data(), bias.data(),
                 Activation::relu);
-    tensor_gemm(9, c.M, c.N, c.K, 1.5f, A.data(), B.data(), 0.5f, C9.data(), bias.data(),
-                Activation::relu);
-    tensor_gemm(9, c.M, c.N, c.K, 1.5f, A.data(), B.data(), 0.5f, C9_odd.data() + 1, bias.data(),
-                Activation::relu);
-    const std::vector<__half> v6 = course::to_host(C6), v9 = course::to_host(C9),
-                              odd = course::to_host(C9_odd);
+    gemm(c.M, c.N, c.K, alpha, A.data(), B.data(), beta, C.data(), bias.data());
+    gemm(c.M, c.N, c.K, alpha, A.data(), B.data(), beta, C_odd.data() + 1, bias.data());
+    const std::vector<__half> v6 = course::to_host(C6), got = course::to_host(C),
+                              odd = course::to_host(C_odd);
     std::size_t differ = 0, differ_odd = 0;
     for (std::size_t i = 0; i < cn; ++i) {
-      if (std::memcmp(&v6[i], &v9[i], sizeof(__half)) != 0) ++differ;
+      if (std::memcmp(&v6[i], &got[i], sizeof(__half)) != 0) ++differ;
       if (std::memcmp(&v6[i], &odd[i + 1], sizeof(__half)) != 0) ++differ_odd;
     }
     CHECK(differ == 0);
     CHECK(differ_odd == 0);
+  }
+}
+
+// v9 issues v6's wgmma on v6's shared-memory layout in v6's order: the same bits.
+TEST_CASE("v9 gives v6's bits, with C aligned and at an odd element offset", "[gpu][v9]") {
+  if (!supported(9, DType::f16) || !supported(6, DType::f16)) return;
+  check_v6_bits([](int M, int N, int K, float alpha, const __half* A, const __half* B, float beta,
+                   __half* C, const float* bias) {
+    tensor_gemm(9, M, N, K, alpha, A, B, beta, C, bias, Activation::relu);
+  });
+}
+
+// ---------------------------------------------------------------- GPU: v10, persistent + staged
+
+TEST_CASE("v10 persistent with a staging buffer: every element vs FP64", "[gpu][v10]") {
+  check_all_types(10);
+  check_version_vs_cublas<__nv_bfloat16, float>(10);
+  // The 128x256 edges on one block per SM: fewer tiles than SMs, each block one tile.
+  if (supported(10, DType::f16)) check_128x256_edges(ByVersion{10});
+}
+
+// Few blocks, many tiles each: the ring's stages and phases run on across tiles (K tiles per
+// output tile 1, 2, 3, 4 and 16 against 4 stages, so tiles start mid-ring), the producer loads the
+// next tile while the consumers write this one out through their buffers, and the last round is
+// partial (20 tiles of M = 1153, N = 264 on 3 blocks: 7 rounds, the last with 2 tiles; on 7: 3
+// rounds, the last with 6; 30 tiles of M = 1153, N = 520 on 7: 5 rounds, the last with 2).
+TEST_CASE("v10 with 3 and 7 blocks looping over up to 30 tiles: every element vs FP64",
+          "[gpu][v10]") {
+  if (!supported(10, DType::f16)) return;
+  for (const int blocks : {3, 7})
+    check_128x256_edges([blocks](int M, int N, int K, float alpha, auto A, auto B, float beta,
+                                 auto C, const float* bias, Activation act) {
+      gemm_v10_persistent_staged(blocks, M, N, K, alpha, A, B, beta, C, bias, act, nullptr);
+    });
+  for (const int blocks : {3, 7})
+    for (const int K : {136, 200})
+      check_against_reference<__half, float>(
+          1153, 520, K, 1.0f, 0.0f, false, Activation::none,
+          [blocks, K](const __half* A, const __half* B, float* C, const float*) {
+            gemm_v10_persistent_staged(blocks, 1153, 520, K, 1.0f, A, B, 0.0f, C, nullptr,
+                                       Activation::none, nullptr);
+          });
+}
+
+// The default grid (one block per SM) with more tiles than SMs: about 1.5 tiles per SM (on an
+// H200's 132 SMs, 23 tile rows, the last of one row, x 9 tile columns, the last of 8 columns:
+// 207 tiles), so some blocks take two tiles and the second round is partial. FP16 and BF16 out,
+// beta * C, bias and GELU.
+TEST_CASE("v10 with more tiles than SMs: every element vs FP64", "[gpu][v10]") {
+  if (!supported(10, DType::f16)) return;
+  int device = 0, sms = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  const int N = 8 * 256 + 8, K = 72, tiles_n = 9;
+  const int tiles_m = 3 * sms / 2 / tiles_n + 1, M = 128 * (tiles_m - 1) + 1;
+  INFO(tiles_m * tiles_n << " tiles on " << sms << " SMs");
+  REQUIRE(tiles_m * tiles_n > sms);
+  REQUIRE(tiles_m * tiles_n % sms != 0);
+  check_against_reference<__half, __half>(
+      M, N, K, 1.0f, 0.5f, true, Activation::gelu,
+      [M](const __half* A, const __half* B, __half* C, const float* bias) {
+        tensor_gemm(10, M, N, K, 1.0f, A, B, 0.5f, C, bias, Activation::gelu);
+      });
+  check_against_reference<__nv_bfloat16, __nv_bfloat16>(
+      M, N, K, 1.5f, -0.5f, false, Activation::none,
+      [M](const __nv_bfloat16* A, const __nv_bfloat16* B, __nv_bfloat16* C, const float*) {
+        tensor_gemm(10, M, N, K, 1.5f, A, B, -0.5f, C, nullptr, Activation::none);
+      });
+}
+
+// v10 issues v6's wgmma on v6's shared-memory layout in v6's order and applies store_quad's
+// epilogue to each element: the same bits, on one block per SM and on 3 blocks looping over the
+// tiles (44 tiles of the second shape: 15 rounds, the last with 2).
+TEST_CASE("v10 gives v6's bits, looping or not, with C aligned and at an odd element offset",
+          "[gpu][v10]") {
+  if (!supported(10, DType::f16) || !supported(6, DType::f16)) return;
+  for (const int blocks : {0, 3}) {
+    INFO("blocks " << blocks);
+    check_v6_bits([blocks](int M, int N, int K, float alpha, const __half* A, const __half* B,
+                           float beta, __half* C, const float* bias) {
+      gemm_v10_persistent_staged(blocks, M, N, K, alpha, A, B, beta, C, bias, Activation::relu,
+                                 nullptr);
+    });
+  }
+}
+
+// ---------------------------------------------------------------- GPU: v11, TMA stores
+
+// check_all_types and the edges run both of v11's paths: beta == 0 (the TMA stores) and
+// beta != 0 (v10's write-out).
+TEST_CASE("v11 TMA stores: every element vs FP64", "[gpu][v11]") {
+  check_all_types(11);
+  check_version_vs_cublas<__nv_bfloat16, float>(11);
+  if (supported(11, DType::f16)) check_128x256_edges(ByVersion{11});
+}
+
+// The TMA store path on few blocks with many tiles each (each warp group's two buffers alternate
+// across tiles), every output type, bias with ReLU and GELU, tails the boxes clip at (M = 1153:
+// a last tile row of one row; N = 520: a last tile column of 8 columns, 7 of its 8 boxes past N).
+TEST_CASE("v11 with 3 and 7 blocks, beta == 0: every element vs FP64", "[gpu][v11]") {
+  if (!supported(11, DType::f16)) return;
+  const auto run = [](int blocks, int K, Activation act, auto in, auto out) {
+    using In = decltype(in);
+    using Out = decltype(out);
+    check_against_reference<In, Out>(1153, 520, K, 1.0f, 0.0f, act != Activation::none, act,
+                                     [&](const In* A, const In* B, Out* C, const float* bias) {
+                                       gemm_v11_tma_store(blocks, 1153, 520, K, 1.0f, A, B, 0.0f, C,
+                                                          bias, act, nullptr);
+                                     });
+  };
+  for (const int blocks : {3, 7}) {
+    run(blocks, 136, Activation::none, __half{}, float{});
+    run(blocks, 200, Activation::relu, __half{}, __half{});
+    run(blocks, 72, Activation::gelu, __nv_bfloat16{}, __nv_bfloat16{});
+    run(blocks, 8, Activation::none, __nv_bfloat16{}, float{});
+  }
+}
+
+// With beta == 0 and alpha == 1, v11's TMA path (C aligned; at an odd offset it is v10's) stores
+// v6's values: the same bits, looping or not.
+TEST_CASE("v11's TMA stores give v6's bits", "[gpu][v11]") {
+  if (!supported(11, DType::f16) || !supported(6, DType::f16)) return;
+  for (const int blocks : {0, 3}) {
+    INFO("blocks " << blocks);
+    check_v6_bits(
+        [blocks](int M, int N, int K, float alpha, const __half* A, const __half* B, float beta,
+                 __half* C, const float* bias) {
+          gemm_v11_tma_store(blocks, M, N, K, alpha, A, B, beta, C, bias, Activation::relu,
+                             nullptr);
+        },
+        1.0f, 0.0f);
   }
 }
 
@@ -1589,7 +1793,7 @@ TEST_CASE("v8 in a CUDA graph: no allocation in a capture; replayed twice, the s
 }
 
 TEST_CASE("on compute capability 9.0 every version is supported (an H200 build)",
-          "[gpu][v5][v6][v7][v8][v9]") {
+          "[gpu][v5][v6][v7][v8][v9][v10][v11]") {
   if (current_cc() != 90) return;
   for (const VersionInfo& info : versions())
     for (const DType t : {DType::f16, DType::bf16}) {
@@ -1601,8 +1805,8 @@ TEST_CASE("on compute capability 9.0 every version is supported (an H200 build)"
     }
 }
 
-TEST_CASE("on other GPUs v5..v7 and v9 report NotSupported, not a crash", "[gpu]") {
-  for (const int v : {5, 6, 7, 9}) {
+TEST_CASE("on other GPUs v5..v7 and v9..v11 report NotSupported, not a crash", "[gpu]") {
+  for (const int v : {5, 6, 7, 9, 10, 11}) {
     if (version_supported(v, DType::f16)) continue;
     course::DeviceBuffer<__half> A(64), B(64);
     course::DeviceBuffer<float> C(64);
