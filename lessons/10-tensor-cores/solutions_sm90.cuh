@@ -42,9 +42,14 @@ __device__ __forceinline__ int consume_k_tiles_releasing(float (&d)[N], std::uin
                                                          int k_tiles, bool leader) {
 #ifdef LESSON10_SM90A
   static_assert(kInFlight == 0 || kInFlight == 1, "v5's schedule or v6's");
-  for (int kt = 0; kt < k_tiles; ++kt, ++it) {
-    const int s = pipeline_stage(it, kStages);
-    mbar_wait(&full[s], pipeline_phase(it, kStages));
+  // The stage and its phase are stepped, not divided out of `it` at every tile, and the warp
+  // group's row offset goes through a shuffle from lane 0 so that the compiler knows it is the
+  // same in every lane and keeps the descriptors' arithmetic in uniform registers (this loop is
+  // the consumers' whole instruction stream while the tensor cores run).
+  rows = __shfl_sync(0xffffffffu, rows, 0);
+  int s = pipeline_stage(it, kStages), phase = pipeline_phase(it, kStages), prev = -1;
+  for (int kt = 0; kt < k_tiles; ++kt) {
+    mbar_wait(&full[s], phase);
     const unsigned a_base = smem_addr(smem + s * kStageBytes) + rows * 128;
     const unsigned b_base = smem_addr(smem + s * kStageBytes + kATileBytes);
     if constexpr (kInFlight == 1) pin_registers(d);
@@ -58,13 +63,16 @@ __device__ __forceinline__ int consume_k_tiles_releasing(float (&d)[N], std::uin
     } else {
       wgmma_wait<1>();
       pin_registers(d);
-      if (kt > 0 && leader) release(pipeline_stage(it - 1, kStages));
+      if (prev >= 0 && leader) release(prev);
     }
+    prev = s;
+    if (++s == kStages) s = 0, phase ^= 1;
   }
+  it += k_tiles;
   if constexpr (kInFlight == 1) {
     wgmma_wait<0>();
     pin_registers(d);
-    if (k_tiles > 0 && leader) release(pipeline_stage(it - 1, kStages));
+    if (prev >= 0 && leader) release(prev);
   }
 #else
   (void)d, (void)full, (void)release, (void)smem, (void)rows, (void)k_tiles, (void)leader;

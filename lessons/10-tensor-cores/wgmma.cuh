@@ -222,14 +222,20 @@ template <class In, int N>
 __device__ __forceinline__ void wgmma_k64(float (&d)[N], unsigned a_base, unsigned b_base) {
   static_assert(N == 64 || N == 128, "m64n128k16 or m64n256k16");
   constexpr unsigned kBoxBytes = 64 * 64 * 2;
+  // The k16 slices' descriptors by addition: the start address is the descriptor's low field, in
+  // 16-byte units, and a shared-memory address below 256 KiB plus a slice's offset stays inside
+  // it (no carry into the next field), so make_desc(base + off) == make_desc(base) + off / 16.
+  // One make_desc per operand and K tile instead of four: its masks and shifts were most of the
+  // consumer loop's instructions.
+  const std::uint64_t desc_a = make_desc(a_base, 16, 1024);
+  const std::uint64_t desc_b = make_desc(b_base, kBoxBytes, 1024);
 #pragma unroll
   for (int k = 0; k < 64 / 16; ++k) {
-    const std::uint64_t desc_a = make_desc(a_base + k * 32, 16, 1024);
-    const std::uint64_t desc_b = make_desc(b_base + k * 16 * 128, kBoxBytes, 1024);
+    const std::uint64_t da = desc_a + k * (32 / 16), db = desc_b + k * (16 * 128 / 16);
     if constexpr (N == 64)
-      wgmma_128<In>(d, desc_a, desc_b, 1);
+      wgmma_128<In>(d, da, db, 1);
     else
-      wgmma_256<In>(d, desc_a, desc_b, 1);
+      wgmma_256<In>(d, da, db, 1);
   }
 }
 #endif  // LESSON10_SM90A
