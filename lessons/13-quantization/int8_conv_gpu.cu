@@ -263,7 +263,7 @@ struct TileCfg {
 };
 
 using Tile128x128 = TileCfg<128, 128, 2, 4>;  // 8 warps of 64 x 32
-using Tile128x64 = TileCfg<128, 64, 2, 2>;    // 4 warps of 64 x 32
+using Tile128x64 = TileCfg<128, 64, 4, 2>;    // 8 warps of 32 x 32
 using Tile64x64 = TileCfg<64, 64, 2, 2>;      // 4 warps of 32 x 32
 using Tile64x32 = TileCfg<64, 32, 2, 2>;      // 4 warps of 32 x 16
 
