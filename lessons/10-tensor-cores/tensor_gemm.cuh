@@ -48,6 +48,9 @@
 //   v11_tma_store  v10 with each staged chunk written to C by one TMA store (the epilogue applied
 //                  in registers first), where C is not read (beta == 0) and is 16-byte aligned;
 //                  elsewhere v10 (tensor_gemm_v11.cuh)
+// and v12, not a version of the table but v6 with a knob: gemm_v12_tile_order runs v6's kernel
+// with the tile order (TileOrder: groups of 1..16 tile rows, or a Hilbert curve) as an argument,
+// to measure what the order is worth (tensor_gemm_v12.cuh).
 //
 // Conventions of every launcher:
 //  - Dense row-major device arrays. Any M, N, K >= 0; tiles at the edges are zero-filled.

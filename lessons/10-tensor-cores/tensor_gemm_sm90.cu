@@ -1,11 +1,11 @@
-// Lesson 10, v5..v7, v9 and v10: Hopper's TMA + wgmma, compiled ONLY for sm_90a (this file is its
+// Lesson 10, v5..v7 and v9..v12: Hopper's TMA + wgmma, compiled ONLY for sm_90a (this file is its
 // own static library, built with -gencode=arch=compute_90a,code=sm_90a; see CMakeLists.txt). The
 // API is in tensor_gemm.cuh; tensor_gemm(5, ...) and tensor_gemm(6, ...) check the arguments and
 // the GPU, then call gemm_v5_wgmma / gemm_v6_wgmma_128x256 here (v9, the cluster version of v6, is
-// tensor_gemm_v9.cuh, and v10, v6 persistent with a staging buffer, tensor_gemm_v10.cuh, both
-// included at the end). v6 is v5 with the known Hopper steps, listed where it starts below; both
-// share the barrier, TMA, descriptor and tensor-map helpers of wgmma.cuh, and the consumers' K
-// loop of solutions_sm90.cuh (exercise 3's answer).
+// tensor_gemm_v9.cuh, v10, v6 persistent with a staging buffer, tensor_gemm_v10.cuh, v11 and
+// v12 likewise, all included at the end). v6 is v5 with the known Hopper steps, listed where it
+// starts below; both share the barrier, TMA, descriptor and tensor-map helpers of wgmma.cuh, and
+// the consumers' K loop of solutions_sm90.cuh (exercise 3's answer).
 //
 // v5's kernel (one 128x128 tile of C per block, 384 threads = 3 warp groups):
 //   warp group 0, the producer: one thread issues TMA loads (cp.async.bulk.tensor.2d) of A's
