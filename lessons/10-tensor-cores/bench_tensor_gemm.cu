@@ -17,6 +17,9 @@
 //                                K = in channels): cuBLAS, v4..v11
 //                                fc/ and conv1x1/ are timed with the L2 flushed before every
 //                                sample and also report GB/s and %copy (memory-bound shapes)
+//   tile_order_<n>/<order>       n = 4096 and 8192, FP16: cuBLAS, v6, and v12 (v6's kernel with
+//                                the tile order as an argument) in every order: group1 (row by
+//                                row), group2, group4, group8 (v6's order), group16, hilbert
 //
 // Counters: TFLOP/s (2MNK / GPU time), %peak (of the dense FP16 tensor peak read from the device:
 // tensor_gemm.cuh), %cublas (of the cuBLAS run of the same shape and type registered just before;
@@ -82,9 +85,10 @@ std::map<std::string, std::string>& baseline_shape() {
 }
 
 // What one benchmark runs: `who` = -1 cuBLAS, -2 cuBLASLt, kCutlass the CUTLASS 3.x baseline,
-// kV4Tile + t v4 with V4Tile t, else a version number.
+// kV4Tile + t v4 with V4Tile t, kV12 + o v12 with TileOrder o, else a version number.
 constexpr int kCutlass = 30;
 constexpr int kV4Tile = 40;
+constexpr int kV12 = 60;
 struct Spec {
   std::string name;
   int M, N, K;
@@ -104,6 +108,9 @@ void enqueue(const Spec& s, Problem<T>& p, cudaStream_t st) {
                   s.act, st);
   else if (s.who == kCutlass)
     cutlass_gemm(p.M, p.N, p.K, 1.0f, p.A.data(), p.B.data(), 0.0f, p.C.data(), st);
+  else if (s.who >= kV12)
+    gemm_v12_tile_order(static_cast<TileOrder>(s.who - kV12), p.M, p.N, p.K, 1.0f, p.A.data(),
+                        p.B.data(), 0.0f, p.C.data(), bias, s.act, st);
   else if (s.who >= kV4Tile)
     gemm_v4_tile(static_cast<V4Tile>(s.who - kV4Tile), p.M, p.N, p.K, 1.0f, p.A.data(), p.B.data(),
                  0.0f, p.C.data(), bias, s.act, st);
@@ -204,6 +211,14 @@ bool register_all() {
     add_group("conv1x1/",
               "/" + std::to_string(s[0]) + "x" + std::to_string(s[1]) + "x" + std::to_string(s[2]),
               s[0], s[1], s[2], false, {4, 5, 6, 7, 8, 9, 10, 11});
+  // The tile order: v6 (its order compiled in), then v12 in each order, after the cuBLAS row.
+  for (const int n : {4096, 8192}) {
+    const std::string prefix = "tile_order_" + std::to_string(n) + "/";
+    add_group(prefix, "", n, n, n, false, {6});
+    for (const TileOrder order : kTileOrders)
+      specs.push_back({prefix + to_string(order), n, n, n, false, kV12 + static_cast<int>(order),
+                       Activation::none, "cublas_fp16"});
+  }
 
   for (Spec& spec : specs) {
     const std::string name = spec.name;

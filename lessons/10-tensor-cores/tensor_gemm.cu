@@ -750,7 +750,51 @@ void gemm_v4_tile(V4Tile tile, int M, int N, int K, float alpha, const In* A, co
   launch_v4<In, Out>(tile, who.c_str(), M, N, K, A, B, C, Epilogue{alpha, beta, bias, act}, stream);
 }
 
+const char* to_string(TileOrder order) {
+  switch (order) {
+    case TileOrder::hilbert:
+      return "hilbert";
+    case TileOrder::group1:
+      return "group1";
+    case TileOrder::group2:
+      return "group2";
+    case TileOrder::group4:
+      return "group4";
+    case TileOrder::group8:
+      return "group8";
+    case TileOrder::group16:
+      return "group16";
+  }
+  return "unknown";
+}
+
+template <class In, class Out>
+void gemm_v12_tile_order(TileOrder order, int M, int N, int K, float alpha, const In* A,
+                         const In* B, float beta, Out* C, const float* bias, Activation act,
+                         cudaStream_t stream) {
+  if (!is_tile_order(order))
+    throw std::invalid_argument("gemm_v12_tile_order: unknown tile order " +
+                                std::to_string(static_cast<int>(order)) +
+                                " (expected group1, group2, group4, group8, group16 or hilbert)");
+  const std::string who = std::string("gemm_v12_tile_order ") + to_string(order);
+  if (static_cast<int>(act) < 0 || static_cast<int>(act) > 2)
+    throw std::invalid_argument(who + ": unknown activation " +
+                                std::to_string(static_cast<int>(act)));
+  if (!check_tensor_gemm_args(who.c_str(), M, N, K, A, B, C, true)) return;
+  std::string why;
+  if (!version_supported(6, dtype_of<In>(), &why))
+    throw NotSupported(who + ": not supported on this GPU: " + why);
+  if (K == 0) {  // the empty sum: v6's answer (no tile is multiplied, so no order to follow)
+    tensor_gemm(6, M, N, K, alpha, A, B, beta, C, bias, act, stream);
+    return;
+  }
+  gemm_v12_launch(order, M, N, K, alpha, A, B, beta, C, bias, act, stream);
+}
+
 #define LESSON10_INSTANTIATE(In, Out)                                                              \
+  template void gemm_v12_tile_order<In, Out>(TileOrder, int, int, int, float, const In*,           \
+                                             const In*, float, Out*, const float*, Activation,     \
+                                             cudaStream_t);                                        \
   template void tensor_gemm<In, Out>(int, int, int, int, float, const In*, const In*, float, Out*, \
                                      const float*, Activation, cudaStream_t);                      \
   template void gemm_v4_tile<In, Out>(V4Tile, int, int, int, float, const In*, const In*, float,   \

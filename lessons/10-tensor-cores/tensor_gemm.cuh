@@ -48,6 +48,9 @@
 //   v11_tma_store  v10 with each staged chunk written to C by one TMA store (the epilogue applied
 //                  in registers first), where C is not read (beta == 0) and is 16-byte aligned;
 //                  elsewhere v10 (tensor_gemm_v11.cuh)
+// and v12, not a version of the table but v6 with a knob: gemm_v12_tile_order runs v6's kernel
+// with the tile order (TileOrder: groups of 1..16 tile rows, or a Hilbert curve) as an argument,
+// to measure what the order is worth (tensor_gemm_v12.cuh).
 //
 // Conventions of every launcher:
 //  - Dense row-major device arrays. Any M, N, K >= 0; tiles at the edges are zero-filled.
@@ -223,6 +226,92 @@ __host__ __device__ inline TileCoord tile_coord(int tile, int tiles_m, int tiles
   const int rows = tiles_m - first_m < group ? tiles_m - first_m : group;
   const int in_group = tile % per_group;
   return {first_m + in_group % rows, in_group / rows};
+}
+
+// v12 (tensor_gemm_v12.cuh) takes the tile order as an argument: tile_coord's groups of 1 (row
+// by row), 2, 4, 8 (v6's) or 16 tile rows, or a Hilbert curve. The enumerator's value is what the
+// kernel receives: the group size, or 0 for the curve.
+enum class TileOrder : int {
+  hilbert = 0,
+  group1 = 1,
+  group2 = 2,
+  group4 = 4,
+  group8 = 8,
+  group16 = 16
+};
+// Every order, in the benchmark's order.
+constexpr TileOrder kTileOrders[] = {TileOrder::group1, TileOrder::group2,  TileOrder::group4,
+                                     TileOrder::group8, TileOrder::group16, TileOrder::hilbert};
+const char* to_string(TileOrder order);  // "group8", "hilbert"; "unknown" for another value
+// Whether `order` is one of kTileOrders.
+constexpr bool is_tile_order(TileOrder order) {
+  for (const TileOrder o : kTileOrders)
+    if (o == order) return true;
+  return false;
+}
+
+// How many of the cells lo .. lo + len - 1 lie in 0 .. extent - 1.
+__host__ __device__ inline int range_overlap(int lo, int len, int extent) {
+  const int a = lo > 0 ? lo : 0, b = lo + len < extent ? lo + len : extent;
+  return b > a ? b - a : 0;
+}
+
+// The Hilbert order over a tiles_m x tiles_n grid: the Hilbert curve over the smallest
+// power-of-two square that holds the grid, the cells outside the grid skipped, so tile t is the
+// t-th cell of the grid along the curve. On a power-of-two square the curve moves to a neighbour
+// at every step; skipping cells breaks that only where the curve leaves the grid and comes back.
+//
+// The curve (the classic one, e.g. Wikipedia's d2xy): in a square of side s its quarters are
+// visited in the order (x, y) = low-low, low-high, high-high, high-low, the first quarter
+// transposed, the last one transposed across the other diagonal, so the curve runs from the
+// corner (0, 0) to (s - 1, 0). The first move between quarters is along y; y is taken along the
+// grid's longer side, so a grid twice as long as it is wide (4096 x 4096 in 128 x 256 tiles: 32 x
+// 16) is two whole quarters, one after the other: still a neighbour at every step.
+//
+// Computed from the top down: the current square is `o + A l` for local cells l in [0, s)^2 (A a
+// signed permutation); at each level the tile lies in the first quarter, in curve order, whose
+// count of in-grid cells (a rectangle's overlap with the grid) exceeds what is left of t. That is
+// log2(s) levels of at most four quarters each: 5 levels for 32 x 16 tiles, 6 for 64 x 32.
+__host__ __device__ inline TileCoord hilbert_tile(int tile, int tiles_m, int tiles_n) {
+  const bool m_along_y = tiles_m >= tiles_n;
+  const int width = m_along_y ? tiles_n : tiles_m;   // cells along x
+  const int height = m_along_y ? tiles_m : tiles_n;  // along y, the longer side
+  int s = 1;
+  while (s < height) s *= 2;
+  int ox = 0, oy = 0, axu = 1, axv = 0, ayu = 0, ayv = 1;  // cell (u, v) -> (x, y) = o + A (u, v)
+  int t = tile;
+  for (; s > 1; s /= 2) {
+    const int h = s / 2;
+    for (int q = 0; q < 4; ++q) {
+      // Quarter q's cells l' in [0, h)^2 lie at l = tq + Cq l' of the square.
+      const bool flip = q == 0 || q == 3;  // Cq transposes (q 0) or anti-transposes (q 3)
+      const int sign = q == 3 ? -1 : 1;
+      const int tu = q == 0 || q == 1 ? 0 : q == 2 ? h : 2 * h - 1;
+      const int tv = q == 0 ? 0 : q == 3 ? h - 1 : h;
+      const int c00 = flip ? 0 : 1, c01 = flip ? sign : 0, c10 = flip ? sign : 0,
+                c11 = flip ? 0 : 1;
+      const int nox = ox + axu * tu + axv * tv, noy = oy + ayu * tu + ayv * tv;
+      const int nxu = axu * c00 + axv * c10, nxv = axu * c01 + axv * c11;
+      const int nyu = ayu * c00 + ayv * c10, nyv = ayu * c01 + ayv * c11;
+      // The quarter's cells along x: from nox + min(0, (nxu + nxv) (h - 1)), h of them; y alike.
+      const int dx = (nxu + nxv) * (h - 1), dy = (nyu + nyv) * (h - 1);
+      const int count = range_overlap(nox + (dx < 0 ? dx : 0), h, width) *
+                        range_overlap(noy + (dy < 0 ? dy : 0), h, height);
+      if (t < count || q == 3) {
+        ox = nox, oy = noy, axu = nxu, axv = nxv, ayu = nyu, ayv = nyv;
+        break;
+      }
+      t -= count;
+    }
+  }
+  return m_along_y ? TileCoord{oy, ox} : TileCoord{ox, oy};
+}
+
+// Tile t's (tile row, tile column) in `order` (a TileOrder's value): tile_coord's groups or the
+// Hilbert curve. A bijection onto the grid for each order of kTileOrders.
+__host__ __device__ inline TileCoord tile_in_order(int tile, int tiles_m, int tiles_n, int order) {
+  return order == 0 ? hilbert_tile(tile, tiles_m, tiles_n)
+                    : tile_coord(tile, tiles_m, tiles_n, order);
 }
 
 // ---------------------------------------------------------------- v4's tuned tile (CPU-tested)
@@ -582,6 +671,21 @@ void gemm_v10_persistent_staged(int blocks, int M, int N, int K, float alpha, co
 template <class In, class Out>
 void gemm_v11_tma_store(int blocks, int M, int N, int K, float alpha, const In* A, const In* B,
                         float beta, Out* C, const float* bias, Activation act, cudaStream_t stream);
+// v12: v6 (one block per 128 x 256 tile, the staged write-out) with the tiles taken in `order`
+// (TileOrder above: groups of 1, 2, 4, 8 or 16 tile rows, or the Hilbert curve), given to the
+// kernel as an argument (tensor_gemm_v12.cuh). group8 is v6's order. The arithmetic is v6's, so
+// every order gives v6's bits. Same types, conventions, epilogue and errors as tensor_gemm(6,
+// ...) (v6's GPU and build), plus std::invalid_argument for an order outside kTileOrders, before
+// any CUDA call. Not a row of the version table: it is v6 with a knob, timed by the benchmark's
+// tile_order_* rows.
+template <class In, class Out>
+void gemm_v12_tile_order(TileOrder order, int M, int N, int K, float alpha, const In* A,
+                         const In* B, float beta, Out* C, const float* bias = nullptr,
+                         Activation act = Activation::none, cudaStream_t stream = nullptr);
+// v12's launch (tensor_gemm_v12.cuh), which gemm_v12_tile_order calls after the checks (K > 0).
+template <class In, class Out>
+void gemm_v12_launch(TileOrder order, int M, int N, int K, float alpha, const In* A, const In* B,
+                     float beta, Out* C, const float* bias, Activation act, cudaStream_t stream);
 // Whether the sm_90a library holds real code (false if nvcc could not build it).
 bool sm90_kernels_built();
 

@@ -1,11 +1,11 @@
-// Lesson 10, v5..v7, v9 and v10: Hopper's TMA + wgmma, compiled ONLY for sm_90a (this file is its
+// Lesson 10, v5..v7 and v9..v12: Hopper's TMA + wgmma, compiled ONLY for sm_90a (this file is its
 // own static library, built with -gencode=arch=compute_90a,code=sm_90a; see CMakeLists.txt). The
 // API is in tensor_gemm.cuh; tensor_gemm(5, ...) and tensor_gemm(6, ...) check the arguments and
 // the GPU, then call gemm_v5_wgmma / gemm_v6_wgmma_128x256 here (v9, the cluster version of v6, is
-// tensor_gemm_v9.cuh, and v10, v6 persistent with a staging buffer, tensor_gemm_v10.cuh, both
-// included at the end). v6 is v5 with the known Hopper steps, listed where it starts below; both
-// share the barrier, TMA, descriptor and tensor-map helpers of wgmma.cuh, and the consumers' K
-// loop of solutions_sm90.cuh (exercise 3's answer).
+// tensor_gemm_v9.cuh, v10, v6 persistent with a staging buffer, tensor_gemm_v10.cuh, v11 and
+// v12 likewise, all included at the end). v6 is v5 with the known Hopper steps, listed where it
+// starts below; both share the barrier, TMA, descriptor and tensor-map helpers of wgmma.cuh, and
+// the consumers' K loop of solutions_sm90.cuh (exercise 3's answer).
 //
 // v5's kernel (one 128x128 tile of C per block, 384 threads = 3 warp groups):
 //   warp group 0, the producer: one thread issues TMA loads (cp.async.bulk.tensor.2d) of A's
@@ -155,20 +155,31 @@ static_assert(BM * kStagedLd * 4 <= kStages * kStageBytes, "the staged tile must
 }  // namespace v6cfg
 
 #ifdef LESSON10_SM90A
-// The producer of v6, v7 and v10 (one thread): the K tiles of this block's output tiles
-// (blockIdx.x, blockIdx.x + gridDim.x, ... in tile_coord's order) into the ring, TMA boxes of A
-// (128 x 64) and B (four of 64 x 64) per stage. `it` counts ring uses across tiles, as the
+// Output tile `tile`'s (tile row, tile column): in v6's order (tile_coord, groups of kGroupM tile
+// rows, compiled in), or with kOrderArg (v12) in the order the kernel was given (tile_in_order).
+template <bool kOrderArg>
+__device__ __forceinline__ TileCoord tile_of_block(int tile, int tiles_m, int tiles_n, int order) {
+  if constexpr (kOrderArg)
+    return tile_in_order(tile, tiles_m, tiles_n, order);
+  else
+    return tile_coord(tile, tiles_m, tiles_n, v6cfg::kGroupM);
+}
+
+// The producer of v6, v7, v10 and v12 (one thread): the K tiles of this block's output tiles
+// (blockIdx.x, blockIdx.x + gridDim.x, ... in tile_of_block's order) into the ring, TMA boxes of
+// A (128 x 64) and B (four of 64 x 64) per stage. `it` counts ring uses across tiles, as the
 // consumers' consume_k_tiles does, so stage and phase agree between the two roles.
+template <bool kOrderArg = false>
 __device__ __forceinline__ void produce_128x256_tiles(const CUtensorMap* map_a,
                                                       const CUtensorMap* map_b, std::uint64_t* full,
                                                       std::uint64_t* empty, unsigned char* smem,
-                                                      int M, int N, int K) {
-  using v6cfg::BK, v6cfg::BM, v6cfg::BN, v6cfg::kATileBytes, v6cfg::kBBoxes, v6cfg::kGroupM,
-      v6cfg::kStageBytes, v6cfg::kStages;
+                                                      int M, int N, int K, int order = 0) {
+  using v6cfg::BK, v6cfg::BM, v6cfg::BN, v6cfg::kATileBytes, v6cfg::kBBoxes, v6cfg::kStageBytes,
+      v6cfg::kStages;
   const int tiles_m = ceil_div(M, BM), tiles_n = ceil_div(N, BN), k_tiles = ceil_div(K, BK);
   int it = 0;
   for (int tile = blockIdx.x; tile < tiles_m * tiles_n; tile += gridDim.x) {
-    const TileCoord tc = tile_coord(tile, tiles_m, tiles_n, kGroupM);
+    const TileCoord tc = tile_of_block<kOrderArg>(tile, tiles_m, tiles_n, order);
     const int bm = tc.m * BM, bn = tc.n * BN;
     for (int kt = 0; kt < k_tiles; ++kt, ++it) {
       const int s = pipeline_stage(it, kStages);
@@ -220,15 +231,15 @@ __device__ __forceinline__ void write_tile_staged(const Epilogue& e, Out* C, int
 // kStaged: v6, one tile per block, written out through shared memory (above); otherwise v7's
 // loop over tiles with the accumulators stored straight from registers (the ring is refilled
 // for the next tile meanwhile, so it cannot hold a staged tile). store_pairs: C aligned to two
-// elements (unstaged) or to four (staged).
-template <class In, class Out, bool kStaged>
+// elements (unstaged) or to four (staged). kOrderArg: the tiles in the order `order` (a
+// TileOrder's value: v12); otherwise in v6's, compiled in, and `order` is not read.
+template <class In, class Out, bool kStaged, bool kOrderArg = false>
 __global__ void __launch_bounds__(v6cfg::kThreads, 1)
     wgmma_128x256_kernel(const __grid_constant__ CUtensorMap map_a,
                          const __grid_constant__ CUtensorMap map_b, int M, int N, int K,
-                         Out* __restrict__ C, Epilogue e, int store_pairs) {
+                         Out* __restrict__ C, Epilogue e, int store_pairs, int order) {
 #ifdef LESSON10_SM90A
-  using v6cfg::BK, v6cfg::BM, v6cfg::BN, v6cfg::kATileBytes, v6cfg::kGroupM, v6cfg::kStageBytes,
-      v6cfg::kStages;
+  using v6cfg::BK, v6cfg::BM, v6cfg::BN, v6cfg::kATileBytes, v6cfg::kStageBytes, v6cfg::kStages;
   extern __shared__ unsigned char smem_raw[];
   unsigned char* smem = align_1024(smem_raw);
   std::uint64_t* full = reinterpret_cast<std::uint64_t*>(smem + kStages * kStageBytes);
@@ -243,14 +254,15 @@ __global__ void __launch_bounds__(v6cfg::kThreads, 1)
   // and phase agree between producer and consumers.
   if (wg == 0) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
-    if (tid_in_wg == 0) produce_128x256_tiles(&map_a, &map_b, full, empty, smem, M, N, K);
+    if (tid_in_wg == 0)
+      produce_128x256_tiles<kOrderArg>(&map_a, &map_b, full, empty, smem, M, N, K, order);
   } else {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
     const int rows = (wg - 1) * 64;  // this consumer's 64 rows of the tile
     const int warp = tid_in_wg / 32, lane = tid_in_wg % 32;
     int it = 0;
     for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-      const TileCoord tc = tile_coord(tile, tiles_m, tiles_n, kGroupM);
+      const TileCoord tc = tile_of_block<kOrderArg>(tile, tiles_m, tiles_n, order);
       const int bm = tc.m * BM, bn = tc.n * BN;
       float d[128];
 #pragma unroll
@@ -330,7 +342,7 @@ void launch_128x256(int grid_limit, int M, int N, int K, float alpha, const In* 
   const std::size_t width = (staged ? 4 : 2) * sizeof(Out);
   const int pairs = reinterpret_cast<std::uintptr_t>(C) % width == 0 ? 1 : 0;
   kernel<<<grid, kThreads, kSmemBytes, stream>>>(map_a, map_b, M, N, K, C,
-                                                 Epilogue{alpha, beta, bias, act}, pairs);
+                                                 Epilogue{alpha, beta, bias, act}, pairs, 0);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -359,6 +371,8 @@ void gemm_v7_persistent(int blocks, int M, int N, int K, float alpha, const In* 
 #include "tensor_gemm_v10.cuh"
 // v11, v10 with the write-out stored by TMA where C is not read (tensor_gemm_v11.cuh).
 #include "tensor_gemm_v11.cuh"
+// v12, v6's kernel with the tile order as an argument (tensor_gemm_v12.cuh).
+#include "tensor_gemm_v12.cuh"
 
 namespace lesson10 {
 
@@ -375,7 +389,9 @@ namespace lesson10 {
                                                     const In*, float, Out*, const float*,         \
                                                     Activation, cudaStream_t);                    \
   template void gemm_v11_tma_store<In, Out>(int, int, int, int, float, const In*, const In*,      \
-                                            float, Out*, const float*, Activation, cudaStream_t);
+                                            float, Out*, const float*, Activation, cudaStream_t); \
+  template void gemm_v12_launch<In, Out>(TileOrder, int, int, int, float, const In*, const In*,   \
+                                         float, Out*, const float*, Activation, cudaStream_t);
 LESSON10_INSTANTIATE(__half, float)
 LESSON10_INSTANTIATE(__half, __half)
 LESSON10_INSTANTIATE(__nv_bfloat16, float)

@@ -23,7 +23,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <limits>
 #include <random>
 #include <set>
@@ -499,6 +501,154 @@ TEST_CASE("the grouped tile order (v4 tuned, v6, v7) is a bijection, group by gr
   }
   CHECK(tile_coord(8, 32, 16, 8).n == 1);
   CHECK(tile_coord(128, 32, 16, 8).m == 8);
+}
+
+// ---------------------------------------------------------------- CPU: v12's tile orders
+
+namespace {
+// The classic Hilbert curve of a power-of-two square of side n, cell d -> (x, y) (written from
+// the bottom up, the way Wikipedia's d2xy is, unlike hilbert_tile's top-down walk): the
+// independent reference for hilbert_tile.
+void hilbert_d2xy(int n, int d, int* x, int* y) {
+  *x = *y = 0;
+  for (int s = 1, t = d; s < n; s *= 2, t /= 4) {
+    const int rx = 1 & (t / 2), ry = 1 & (t ^ rx);
+    if (ry == 0) {
+      if (rx == 1) {
+        *x = s - 1 - *x;
+        *y = s - 1 - *y;
+      }
+      std::swap(*x, *y);
+    }
+    *x += s * rx;
+    *y += s * ry;
+  }
+}
+
+// Every tile of a tiles_m x tiles_n grid in `order`, checked to be a bijection onto the grid.
+std::vector<TileCoord> walk_bijective(TileOrder order, int tiles_m, int tiles_n) {
+  INFO(to_string(order) << ", " << tiles_m << " x " << tiles_n << " tiles");
+  std::vector<TileCoord> walk;
+  std::vector<int> seen(static_cast<std::size_t>(tiles_m) * tiles_n, 0);
+  for (int t = 0; t < tiles_m * tiles_n; ++t) {
+    const TileCoord c = tile_in_order(t, tiles_m, tiles_n, static_cast<int>(order));
+    REQUIRE(c.m >= 0);
+    REQUIRE(c.m < tiles_m);
+    REQUIRE(c.n >= 0);
+    REQUIRE(c.n < tiles_n);
+    ++seen[static_cast<std::size_t>(c.m) * tiles_n + c.n];
+    walk.push_back(c);
+  }
+  CHECK(std::all_of(seen.begin(), seen.end(), [](int k) { return k == 1; }));
+  return walk;
+}
+
+int manhattan(TileCoord a, TileCoord b) {
+  return std::abs(a.m - b.m) + std::abs(a.n - b.n);
+}
+}  // namespace
+
+TEST_CASE("v12's tile orders: each a bijection between tile index and (tile row, tile column)",
+          "[cpu][v12]") {
+  std::vector<std::pair<int, int>> shapes;
+  for (int tiles_m = 1; tiles_m <= 24; ++tiles_m)
+    for (int tiles_n = 1; tiles_n <= 24; ++tiles_n) shapes.push_back({tiles_m, tiles_n});
+  for (const int n : {1, 2, 3, 31, 33, 100, 257, 1000})  // 1 x N and N x 1, odd and long
+    shapes.insert(shapes.end(), {{1, n}, {n, 1}});
+  // The benchmark's grids (4096^3 and 8192^3 in 128 x 256 tiles), their transposes, and large
+  // odd ones up to v6's limit (M N <= INT_MAX: at most 65535 tiles).
+  shapes.insert(
+      shapes.end(),
+      {{32, 16}, {16, 32}, {64, 32}, {32, 64}, {97, 61}, {61, 97}, {255, 257}, {17, 3855}});
+  for (const TileOrder order : kTileOrders)
+    for (const auto& [tiles_m, tiles_n] : shapes) walk_bijective(order, tiles_m, tiles_n);
+}
+
+TEST_CASE("v12's grouped orders are tile_coord's, group1 row by row, group8 v6's", "[cpu][v12]") {
+  for (const TileOrder order : kTileOrders) {
+    if (order == TileOrder::hilbert) continue;
+    for (int t = 0; t < 7 * 5; ++t) {
+      const TileCoord a = tile_in_order(t, 7, 5, static_cast<int>(order));
+      const TileCoord b = tile_coord(t, 7, 5, static_cast<int>(order));
+      CHECK(a.m == b.m);
+      CHECK(a.n == b.n);
+    }
+  }
+  for (int t = 0; t < 7 * 5; ++t) {
+    CHECK(tile_in_order(t, 7, 5, static_cast<int>(TileOrder::group1)).m == t / 5);
+    CHECK(tile_in_order(t, 7, 5, static_cast<int>(TileOrder::group1)).n == t % 5);
+  }
+}
+
+TEST_CASE("v12's Hilbert order: the curve over the enclosing power-of-two square, outside skipped",
+          "[cpu][v12]") {
+  // Against the bottom-up reference: the cells of the enclosing square along the curve, those in
+  // the grid kept; y is the longer side of the grid (tile rows when tiles_m >= tiles_n).
+  for (int tiles_m = 1; tiles_m <= 40; ++tiles_m)
+    for (int tiles_n = 1; tiles_n <= 40; tiles_n += tiles_n < 10 ? 1 : 7) {
+      INFO(tiles_m << " x " << tiles_n << " tiles");
+      const bool m_along_y = tiles_m >= tiles_n;
+      const int width = m_along_y ? tiles_n : tiles_m, height = m_along_y ? tiles_m : tiles_n;
+      int side = 1;
+      while (side < height) side *= 2;
+      int t = 0;
+      for (int d = 0; d < side * side; ++d) {
+        int x = 0, y = 0;
+        hilbert_d2xy(side, d, &x, &y);
+        if (x >= width || y >= height) continue;
+        const TileCoord c = hilbert_tile(t++, tiles_m, tiles_n);
+        CHECK(c.m == (m_along_y ? y : x));
+        CHECK(c.n == (m_along_y ? x : y));
+      }
+      CHECK(t == tiles_m * tiles_n);
+    }
+  // On power-of-two squares, and on grids of two such squares (the benchmark's 32 x 16 and
+  // 64 x 32, either way round), every step goes to a neighbour.
+  for (int side = 1; side <= 128; side *= 2)
+    for (const auto& [tiles_m, tiles_n] :
+         std::vector<std::pair<int, int>>{{side, side}, {2 * side, side}, {side, 2 * side}}) {
+      INFO(tiles_m << " x " << tiles_n << " tiles");
+      const std::vector<TileCoord> walk = walk_bijective(TileOrder::hilbert, tiles_m, tiles_n);
+      std::size_t far = 0;
+      for (std::size_t i = 1; i < walk.size(); ++i) far += manhattan(walk[i - 1], walk[i]) != 1;
+      CHECK(far == 0);
+      CHECK(walk.front().m == 0);  // the curve starts in a corner
+      CHECK(walk.front().n == 0);
+    }
+  // Off those shapes the skipped cells make jumps, but only where the curve leaves the grid: a
+  // 5 x 3 grid in its 8 x 8 square still has neighbours for most steps.
+  const std::vector<TileCoord> walk = walk_bijective(TileOrder::hilbert, 5, 3);
+  std::size_t near = 0;
+  for (std::size_t i = 1; i < walk.size(); ++i) near += manhattan(walk[i - 1], walk[i]) == 1;
+  CHECK(near >= walk.size() / 2);
+}
+
+TEST_CASE("v12's order names, and an unknown order refused before any CUDA call", "[cpu][v12]") {
+  CHECK(std::string(to_string(TileOrder::group1)) == "group1");
+  CHECK(std::string(to_string(TileOrder::group16)) == "group16");
+  CHECK(std::string(to_string(TileOrder::hilbert)) == "hilbert");
+  CHECK(std::string(to_string(static_cast<TileOrder>(3))) == "unknown");
+  CHECK(std::size(kTileOrders) == 6);
+  for (const TileOrder o : kTileOrders) CHECK(is_tile_order(o));
+  CHECK_FALSE(is_tile_order(static_cast<TileOrder>(3)));
+  CHECK_FALSE(is_tile_order(static_cast<TileOrder>(-1)));
+  __half* p = reinterpret_cast<__half*>(std::uintptr_t{256});  // never dereferenced
+  float* c = reinterpret_cast<float*>(std::uintptr_t{256});
+  CHECK_THROWS_WITH(gemm_v12_tile_order(static_cast<TileOrder>(3), 8, 8, 8, 1.0f, p, p, 0.0f, c),
+                    Contains("unknown tile order 3"));
+  CHECK_THROWS_WITH(gemm_v12_tile_order(static_cast<TileOrder>(32), 8, 8, 8, 1.0f, p, p, 0.0f, c),
+                    Contains("expected group1"));
+  CHECK_THROWS_WITH(gemm_v12_tile_order(TileOrder::hilbert, 8, 8, 12, 1.0f, p, p, 0.0f, c),
+                    Contains("multiples of 8"));
+  CHECK_THROWS_WITH(gemm_v12_tile_order(TileOrder::group4, 8, 8, 8, 1.0f, p + 1, p, 0.0f, c),
+                    Contains("16-byte"));
+  CHECK_THROWS_WITH(gemm_v12_tile_order(TileOrder::group2, -1, 8, 8, 1.0f, p, p, 0.0f, c),
+                    Contains(">= 0"));
+  CHECK_THROWS_WITH(gemm_v12_tile_order(TileOrder::group8, 8, 8, 8, 1.0f, p, p, 0.0f, c, nullptr,
+                                        static_cast<Activation>(7)),
+                    Contains("unknown activation"));
+  CHECK_NOTHROW(gemm_v12_tile_order<__half, float>(TileOrder::hilbert, 0, 8, 8, 1.0f, nullptr,
+                                                   nullptr, 0.0f, nullptr));
 }
 
 // v10's staging buffer (v10staging): the 128 threads' float2 stores put every accumulator of a
@@ -1561,6 +1711,58 @@ TEST_CASE("v11's TMA stores give v6's bits", "[gpu][v11]") {
         },
         1.0f, 0.0f);
   }
+}
+
+// ---------------------------------------------------------------- GPU: v12, the tile order
+
+// Every order on v6's edge shapes (tails in M, N and K, several tile rows and columns, one row,
+// one 8-wide column) and on grids where the orders differ most: 11 x 4 and 19 x 2 tiles (the
+// Hilbert curve skips cells of its 16 x 16 and 32 x 32 squares; groups of 8 and 16 end short),
+// 3 x 9 (more tile columns than rows: the curve's y along the columns).
+TEST_CASE("v12 in every tile order: every element vs FP64", "[gpu][v12]") {
+  if (!supported(6, DType::f16)) return;
+  for (const TileOrder order : kTileOrders) {
+    INFO("order " << to_string(order));
+    check_128x256_edges([order](int M, int N, int K, float alpha, auto A, auto B, float beta,
+                                auto C, const float* bias, Activation act) {
+      gemm_v12_tile_order(order, M, N, K, alpha, A, B, beta, C, bias, act);
+    });
+    for (const Case& c : std::vector<Case>{{1300, 776, 264}, {2305, 264, 136}, {300, 2056, 72}})
+      check_against_reference<__nv_bfloat16, float>(
+          c.M, c.N, c.K, 1.5f, -0.5f, true, Activation::gelu,
+          [&](const __nv_bfloat16* A, const __nv_bfloat16* B, float* C, const float* bias) {
+            gemm_v12_tile_order(order, c.M, c.N, c.K, 1.5f, A, B, -0.5f, C, bias, Activation::gelu);
+          });
+    // K == 0: C = beta C + bias, no tile multiplied.
+    check_against_reference<__half, __half>(
+        130, 72, 0, 1.0f, 0.5f, true, Activation::none,
+        [order](const __half* A, const __half* B, __half* C, const float* bias) {
+          gemm_v12_tile_order(order, 130, 72, 0, 1.0f, A, B, 0.5f, C, bias);
+        });
+  }
+}
+
+// Only which block computes which tile changes: every tile is v6's, so every order gives v6's
+// bits (check_v6_bits: C aligned and at an odd element offset, beta != 0, ReLU).
+TEST_CASE("v12 gives v6's bits in every tile order", "[gpu][v12]") {
+  if (!supported(6, DType::f16)) return;
+  for (const TileOrder order : kTileOrders) {
+    INFO("order " << to_string(order));
+    check_v6_bits([order](int M, int N, int K, float alpha, const __half* A, const __half* B,
+                          float beta, __half* C, const float* bias) {
+      gemm_v12_tile_order(order, M, N, K, alpha, A, B, beta, C, bias, Activation::relu);
+    });
+  }
+}
+
+// On a GPU without v6, v12 reports NotSupported, as v6 does.
+TEST_CASE("v12 on a GPU without v6 reports NotSupported", "[gpu][v12]") {
+  if (version_supported(6, DType::f16)) return;
+  course::DeviceBuffer<__half> A(64), B(64);
+  course::DeviceBuffer<float> C(64);
+  CHECK_THROWS_AS(
+      gemm_v12_tile_order(TileOrder::hilbert, 8, 8, 8, 1.0f, A.data(), B.data(), 0.0f, C.data()),
+      NotSupported);
 }
 
 // ---------------------------------------------------------------- GPU: v8, split-K
