@@ -50,13 +50,15 @@ LESSONS = {
     "10": ("10-tensor-cores",
            [("Every version at 4096^3, FP16 and BF16, and the fused bias + GELU epilogue",
              r"^all_versions|^bf16|^epilogue", "TFLOP/s,%cublas*,%peak"),
-            ("v4..v7, v9..v11 and cuBLAS by size; fully connected layers (batch 1-32 x 4096 x 4096); 1x1 "
-             "convolutions as GEMM", r"^sweep|^fc|^conv1x1", "TFLOP/s,latency_us,%cublas*,%peak")],
+            ("v4..v11, CUTLASS and cuBLAS by size; fully connected layers (batch 1-32 x 4096 x 4096); "
+             "1x1 convolutions as GEMM", r"^sweep|^fc|^conv1x1", "TFLOP/s,latency_us,%cublas*,%peak"),
+            ("The tile order: v6 and v12 (v6's kernel, the order as an argument) in each order, FP16",
+             r"^tile_order_", "TFLOP/s,%cublas*")],
            [("versions_h200.png", r"^all_versions_4096/", "TFLOP/s", False,
              "FP16 GEMM 4096^3 (TFLOP/s)"),
             ("sweep_h200.png",
-             r"^sweep/(cublas_fp16|v4_pipeline|v5_wgmma|v6_wgmma_128x256|v9_cluster_multicast|v10_persistent_staged|v11_tma_store)/",
-             "TFLOP/s", False, "v4..v6, v9..v11 and cuBLAS FP16 by size (TFLOP/s)")]),
+             r"^sweep/(cublas_fp16|cutlass_fp16|v4_pipeline|v5_wgmma|v6_wgmma_128x256|v9_cluster_multicast|v10_persistent_staged|v11_tma_store)/",
+             "TFLOP/s", False, "v4..v6, v9..v11, CUTLASS and cuBLAS FP16 by size (TFLOP/s)")]),
     "12": ("12-engine",
            [("The trained YOLOv8n at 640x640: engine/<engine>/<batch>, GPU time of one inference of the "
              "batch (latency_us: end to end)", "", "us_per_image,images_per_s,TFLOP/s,latency_us")], []),
