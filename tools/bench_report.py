@@ -53,7 +53,9 @@ LESSONS = {
             ("v4..v11, CUTLASS and cuBLAS by size; fully connected layers (batch 1-32 x 4096 x 4096); "
              "1x1 convolutions as GEMM", r"^sweep|^fc|^conv1x1", "TFLOP/s,latency_us,%cublas*,%peak"),
             ("The tile order: v6 and v12 (v6's kernel, the order as an argument) in each order, FP16",
-             r"^tile_order_", "TFLOP/s,%cublas*")],
+             r"^tile_order_", "TFLOP/s,%cublas*"),
+            ("The schedule: CUTLASS's cooperative kernel and its two ping-pong kernels beside v6, FP16",
+             r"^schedule_", "TFLOP/s,%cublas*")],
            [("versions_h200.png", r"^all_versions_4096/", "TFLOP/s", False,
              "FP16 GEMM 4096^3 (TFLOP/s)"),
             ("sweep_h200.png",

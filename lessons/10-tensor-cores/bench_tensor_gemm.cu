@@ -20,6 +20,9 @@
 //   tile_order_<n>/<order>       n = 4096 and 8192, FP16: cuBLAS, v6, and v12 (v6's kernel with
 //                                the tile order as an argument) in every order: group1 (row by
 //                                row), group2, group4, group8 (v6's order), group16, hilbert
+//   schedule_<n>/<name>          n = 4096 and 8192, FP16: cuBLAS, v6, and CUTLASS's three kernels
+//                                (CutlassKernel): the cooperative baseline and two ping-pong ones,
+//                                where the build has CUTLASS: does ping-pong pay here?
 //
 // Counters: TFLOP/s (2MNK / GPU time), %peak (of the dense FP16 tensor peak read from the device:
 // tensor_gemm.cuh), %cublas (of the cuBLAS run of the same shape and type registered just before;
@@ -85,10 +88,12 @@ std::map<std::string, std::string>& baseline_shape() {
 }
 
 // What one benchmark runs: `who` = -1 cuBLAS, -2 cuBLASLt, kCutlass the CUTLASS 3.x baseline,
-// kV4Tile + t v4 with V4Tile t, kV12 + o v12 with TileOrder o, else a version number.
+// kV4Tile + t v4 with V4Tile t, kV12 + o v12 with TileOrder o, kCutlassKernel + k CUTLASS's
+// kernel k (CutlassKernel), else a version number.
 constexpr int kCutlass = 30;
 constexpr int kV4Tile = 40;
 constexpr int kV12 = 60;
+constexpr int kCutlassKernel = 80;
 struct Spec {
   std::string name;
   int M, N, K;
@@ -108,6 +113,9 @@ void enqueue(const Spec& s, Problem<T>& p, cudaStream_t st) {
                   s.act, st);
   else if (s.who == kCutlass)
     cutlass_gemm(p.M, p.N, p.K, 1.0f, p.A.data(), p.B.data(), 0.0f, p.C.data(), st);
+  else if (s.who >= kCutlassKernel)
+    cutlass_gemm(p.M, p.N, p.K, 1.0f, p.A.data(), p.B.data(), 0.0f, p.C.data(), st,
+                 static_cast<CutlassKernel>(s.who - kCutlassKernel));
   else if (s.who >= kV12)
     gemm_v12_tile_order(static_cast<TileOrder>(s.who - kV12), p.M, p.N, p.K, 1.0f, p.A.data(),
                         p.B.data(), 0.0f, p.C.data(), bias, s.act, st);
@@ -219,6 +227,17 @@ bool register_all() {
       specs.push_back({prefix + to_string(order), n, n, n, false, kV12 + static_cast<int>(order),
                        Activation::none, "cublas_fp16"});
   }
+  // The schedule: CUTLASS's cooperative kernel (v6's division of labour) against its ping-pong
+  // kernels, with v6 and cuBLAS in the same group.
+  if (cutlass_gemm_built())
+    for (const int n : {4096, 8192}) {
+      const std::string prefix = "schedule_" + std::to_string(n) + "/";
+      add_group(prefix, "", n, n, n, false, {6});
+      for (const CutlassKernel kernel : kCutlassKernels)
+        specs.push_back({prefix + "cutlass_" + to_string(kernel), n, n, n, false,
+                         kCutlassKernel + static_cast<int>(kernel), Activation::none,
+                         "cublas_fp16"});
+    }
 
   for (Spec& spec : specs) {
     const std::string name = spec.name;

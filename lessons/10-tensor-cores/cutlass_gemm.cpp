@@ -12,6 +12,18 @@
 
 namespace lesson10 {
 
+const char* to_string(CutlassKernel kernel) {
+  switch (kernel) {
+    case CutlassKernel::cooperative_128x256:
+      return "cooperative_128x256";
+    case CutlassKernel::pingpong_128x128:
+      return "pingpong_128x128";
+    case CutlassKernel::pingpong_64x256:
+      return "pingpong_64x256";
+  }
+  return "unknown";
+}
+
 bool cutlass_gemm_built() {
 #ifdef LESSON10_HAVE_CUTLASS
   return true;
@@ -46,8 +58,11 @@ bool cutlass_gemm_supported(std::string* why_not) {
 
 template <class T>
 void cutlass_gemm(int M, int N, int K, float alpha, const T* A, const T* B, float beta, T* C,
-                  cudaStream_t stream) {
+                  cudaStream_t stream, CutlassKernel kernel) {
   const char* who = "cutlass_gemm";
+  if (std::string(to_string(kernel)) == "unknown")
+    throw std::invalid_argument("cutlass_gemm: kernel " + std::to_string(static_cast<int>(kernel)) +
+                                " is not one of CutlassKernel's values");
   // The versions' checks (sizes, null pointers, K and N multiples of 8, A and B 16-byte
   // aligned), then K == 0 and C's alignment, which TMA's stores need as well.
   if (!check_tensor_gemm_args(who, M, N, K, A, B, C, true)) return;
@@ -59,16 +74,16 @@ void cutlass_gemm(int M, int N, int K, float alpha, const T* A, const T* B, floa
   if (!cutlass_gemm_supported(&why))
     throw NotSupported(std::string(who) + ": not supported on this GPU: " + why);
 #ifdef LESSON10_HAVE_CUTLASS
-  cutlass_baseline::run_sm90<T>(M, N, K, alpha, A, B, beta, C, stream);
+  cutlass_baseline::run_sm90<T>(M, N, K, alpha, A, B, beta, C, stream, kernel);
 #else
-  (void)alpha, (void)beta, (void)stream;
+  (void)alpha, (void)beta, (void)stream, (void)kernel;
 #endif
 }
 
 template void cutlass_gemm<__half>(int, int, int, float, const __half*, const __half*, float,
-                                   __half*, cudaStream_t);
+                                   __half*, cudaStream_t, CutlassKernel);
 template void cutlass_gemm<__nv_bfloat16>(int, int, int, float, const __nv_bfloat16*,
-                                          const __nv_bfloat16*, float, __nv_bfloat16*,
-                                          cudaStream_t);
+                                          const __nv_bfloat16*, float, __nv_bfloat16*, cudaStream_t,
+                                          CutlassKernel);
 
 }  // namespace lesson10

@@ -21,6 +21,17 @@
 
 namespace lesson10 {
 
+// Which CUTLASS kernel: the baseline (the cooperative schedule with v6's 128x256x64 tile, the
+// default everywhere), or one of two ping-pong kernels (each consumer warp group owns a whole
+// tile, 128x128x64 or 64x256x64, and the two alternate between multiplying and writing out),
+// there to measure whether ping-pong pays on this GPU (the benchmark's schedule_* rows).
+enum class CutlassKernel { cooperative_128x256, pingpong_128x128, pingpong_64x256 };
+constexpr CutlassKernel kCutlassKernels[] = {CutlassKernel::cooperative_128x256,
+                                             CutlassKernel::pingpong_128x128,
+                                             CutlassKernel::pingpong_64x256};
+// "cooperative_128x256", ...; "unknown" for another value.
+const char* to_string(CutlassKernel kernel);
+
 // Whether this build holds the CUTLASS baseline (CMake found the headers and the architectures
 // include 90). No CUDA call.
 bool cutlass_gemm_built();
@@ -38,17 +49,19 @@ bool cutlass_gemm_supported(std::string* why_not = nullptr);
 // Errors: std::invalid_argument for a negative size, K == 0, a null pointer, more than INT_MAX
 // elements in a matrix or the alignment above (all before any CUDA call); NotSupported where
 // cutlass_gemm_supported is false; std::runtime_error if CUTLASS refuses the problem or its launch
-// fails (with CUTLASS's status string). M == 0 or N == 0: nothing to do.
+// fails (with CUTLASS's status string). M == 0 or N == 0: nothing to do. `kernel`: which of
+// CutlassKernel's kernels (std::invalid_argument for another value, before any CUDA call).
 template <class T>
 void cutlass_gemm(int M, int N, int K, float alpha, const T* A, const T* B, float beta, T* C,
-                  cudaStream_t stream = nullptr);
+                  cudaStream_t stream = nullptr,
+                  CutlassKernel kernel = CutlassKernel::cooperative_128x256);
 
 // What cutlass_gemm calls after its checks: defined in cutlass_gemm_sm90.cu, which only builds
 // with CUTLASS found.
 namespace cutlass_baseline {
 template <class T>
 void run_sm90(int M, int N, int K, float alpha, const T* A, const T* B, float beta, T* C,
-              cudaStream_t stream);
+              cudaStream_t stream, CutlassKernel kernel);
 bool sm90_code_built();  // the library's kernel holds sm_90a code (needs a device)
 }  // namespace cutlass_baseline
 

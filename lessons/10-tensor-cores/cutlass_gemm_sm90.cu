@@ -18,6 +18,12 @@
 //             fragments straight to global memory, which CUTLASS's own builder comment says is not
 //             chosen for speed; v6 stages its write-out through shared memory too, so the TMA
 //             epilogue is the fair match.
+//   ping-pong The same tile and stages with KernelTmaWarpSpecializedPingpong (and the
+//             TmaWarpSpecialized epilogue): each consumer warp group owns a whole tile (128x128:
+//             two wgmma.m64n128k16 rows; 64x256: one m64n256k16) and the two take turns, one
+//             multiplying while the other writes its tile out, ordered by barriers between them.
+//             Not one of v1..v12's ideas: it is here to measure whether it pays on this GPU
+//             (CutlassKernel in cutlass_gemm.cuh).
 //   cluster   1x1x1: v6 launches no clusters, so the two differ in implementation, not in
 //             algorithm. ClusterShape = Shape<_2, _1, _1> below would be v9's idea (two blocks
 //             along M sharing B's tile by TMA multicast); keeping both would be a second
@@ -59,13 +65,36 @@ struct CutlassElement<__nv_bfloat16> {
   using type = cutlass::bfloat16_t;
 };
 
-// The GEMM for one 16-bit type: FP32 accumulation, C = alpha A B + beta C in the FP32 epilogue.
-template <class Element>
+// A kernel's schedule and tile (CutlassKernel's three).
+template <CutlassKernel kKernel>
+struct Schedule;
+template <>
+struct Schedule<CutlassKernel::cooperative_128x256> {
+  using TileShape = cute::Shape<cute::_128, cute::_256, cute::_64>;
+  using Mainloop = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
+  using Epilogue = cutlass::epilogue::TmaWarpSpecializedCooperative;
+};
+template <>
+struct Schedule<CutlassKernel::pingpong_128x128> {
+  using TileShape = cute::Shape<cute::_128, cute::_128, cute::_64>;
+  using Mainloop = cutlass::gemm::KernelTmaWarpSpecializedPingpong;
+  using Epilogue = cutlass::epilogue::TmaWarpSpecialized;
+};
+template <>
+struct Schedule<CutlassKernel::pingpong_64x256> {
+  using TileShape = cute::Shape<cute::_64, cute::_256, cute::_64>;
+  using Mainloop = cutlass::gemm::KernelTmaWarpSpecializedPingpong;
+  using Epilogue = cutlass::epilogue::TmaWarpSpecialized;
+};
+
+// The GEMM for one 16-bit type and schedule: FP32 accumulation, C = alpha A B + beta C in the
+// FP32 epilogue.
+template <class Element, CutlassKernel kKernel = CutlassKernel::cooperative_128x256>
 struct Sm90Gemm {
   using Layout = cutlass::layout::RowMajor;  // A, B, C and D alike
   // TMA moves 16-byte aligned boxes: 8 elements of 16 bits.
   static constexpr int kAlignment = 128 / cutlass::sizeof_bits<Element>::value;
-  using TileShape = cute::Shape<cute::_128, cute::_256, cute::_64>;
+  using TileShape = typename Schedule<kKernel>::TileShape;
   using ClusterShape = cute::Shape<cute::_1, cute::_1, cute::_1>;
 
   using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
@@ -73,7 +102,7 @@ struct Sm90Gemm {
       cutlass::epilogue::collective::EpilogueTileAuto, float, float,  // accumulator, compute
       Element, Layout, kAlignment,                                    // C
       Element, Layout, kAlignment,                                    // D
-      cutlass::epilogue::TmaWarpSpecializedCooperative>::CollectiveOp;
+      typename Schedule<kKernel>::Epilogue>::CollectiveOp;
 
   using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Element, Layout, kAlignment,  // A
@@ -81,7 +110,7 @@ struct Sm90Gemm {
       float, TileShape, ClusterShape,
       cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(
           sizeof(typename Epilogue::SharedStorage))>,
-      cutlass::gemm::KernelTmaWarpSpecializedCooperative>::CollectiveOp;
+      typename Schedule<kKernel>::Mainloop>::CollectiveOp;
 
   using Kernel = cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>,  // M N K L
                                                       Mainloop, Epilogue>;
@@ -96,11 +125,12 @@ void check_status(cutlass::Status status, const char* what) {
 
 }  // namespace
 
-template <class T>
-void run_sm90(int M, int N, int K, float alpha, const T* A, const T* B, float beta, T* C,
-              cudaStream_t stream) {
+// One kernel's launch: the arguments, CUTLASS's checks, the TMA descriptors, the launch.
+template <class T, CutlassKernel kKernel>
+void run_kernel(int M, int N, int K, float alpha, const T* A, const T* B, float beta, T* C,
+                cudaStream_t stream) {
   using Element = typename CutlassElement<T>::type;
-  using Gemm = typename Sm90Gemm<Element>::Device;
+  using Gemm = typename Sm90Gemm<Element, kKernel>::Device;
   using Kernel = typename Gemm::GemmKernel;
   int device = 0;
   CUDA_CHECK(cudaGetDevice(&device));
@@ -135,6 +165,21 @@ void run_sm90(int M, int N, int K, float alpha, const T* A, const T* B, float be
   check_status(gemm.run(stream), "run");
 }
 
+template <class T>
+void run_sm90(int M, int N, int K, float alpha, const T* A, const T* B, float beta, T* C,
+              cudaStream_t stream, CutlassKernel kernel) {
+  switch (kernel) {
+    case CutlassKernel::cooperative_128x256:
+      return run_kernel<T, CutlassKernel::cooperative_128x256>(M, N, K, alpha, A, B, beta, C,
+                                                               stream);
+    case CutlassKernel::pingpong_128x128:
+      return run_kernel<T, CutlassKernel::pingpong_128x128>(M, N, K, alpha, A, B, beta, C, stream);
+    case CutlassKernel::pingpong_64x256:
+      return run_kernel<T, CutlassKernel::pingpong_64x256>(M, N, K, alpha, A, B, beta, C, stream);
+  }
+  throw std::invalid_argument("cutlass_gemm: unknown CutlassKernel");
+}
+
 bool sm90_code_built() {
   cudaFuncAttributes attr{};
   using Kernel = Sm90Gemm<cutlass::half_t>::Kernel;
@@ -143,9 +188,10 @@ bool sm90_code_built() {
 }
 
 template void run_sm90<__half>(int, int, int, float, const __half*, const __half*, float, __half*,
-                               cudaStream_t);
+                               cudaStream_t, CutlassKernel);
 template void run_sm90<__nv_bfloat16>(int, int, int, float, const __nv_bfloat16*,
-                                      const __nv_bfloat16*, float, __nv_bfloat16*, cudaStream_t);
+                                      const __nv_bfloat16*, float, __nv_bfloat16*, cudaStream_t,
+                                      CutlassKernel);
 
 }  // namespace cutlass_baseline
 }  // namespace lesson10

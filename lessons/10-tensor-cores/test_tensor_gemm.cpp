@@ -802,6 +802,10 @@ TEST_CASE("cutlass_gemm checks its arguments before any CUDA call", "[cpu][cutla
   CHECK_THROWS_WITH(cutlass_gemm(8, 8, 8, 1.0f, p, p, 0.0f, static_cast<__half*>(nullptr)),
                     Contains("C is null"));
   CHECK_NOTHROW(cutlass_gemm<__half>(0, 8, 8, 1.0f, nullptr, nullptr, 0.0f, nullptr));
+  CHECK_THROWS_WITH(
+      cutlass_gemm(8, 8, 8, 1.0f, p, p, 0.0f, p, nullptr, static_cast<CutlassKernel>(7)),
+      Contains("not one of CutlassKernel's values"));
+  CHECK(std::string(to_string(CutlassKernel::pingpong_64x256)) == "pingpong_64x256");
 }
 
 // ---------------------------------------------------------------- CPU: v8's plan
@@ -2058,19 +2062,22 @@ TEST_CASE("CUTLASS 3.x baseline (CollectiveBuilder, 128x256x64): every element v
     WARN("the CUTLASS baseline is skipped: " << why);
     return;
   }
-  const auto run = [](int M, int N, int K, float alpha, float beta, auto type) {
-    using T = decltype(type);
-    check_against_reference<T, T>(M, N, K, alpha, beta, false, Activation::none,
-                                  [&](const T* A, const T* B, T* C, const float*) {
-                                    cutlass_gemm(M, N, K, alpha, A, B, beta, C);
-                                  });
-  };
-  for (const Case& c : {Case{512, 768, 1024}, Case{1000, 520, 136}, Case{1, 256, 64}}) {
-    run(c.M, c.N, c.K, 1.0f, 0.0f, __half{});
-    run(c.M, c.N, c.K, 1.5f, -0.5f, __nv_bfloat16{});
+  for (const CutlassKernel kernel : kCutlassKernels) {
+    INFO(to_string(kernel));
+    const auto run = [kernel](int M, int N, int K, float alpha, float beta, auto type) {
+      using T = decltype(type);
+      check_against_reference<T, T>(M, N, K, alpha, beta, false, Activation::none,
+                                    [&](const T* A, const T* B, T* C, const float*) {
+                                      cutlass_gemm(M, N, K, alpha, A, B, beta, C, nullptr, kernel);
+                                    });
+    };
+    for (const Case& c : {Case{512, 768, 1024}, Case{1000, 520, 136}, Case{1, 256, 64}}) {
+      run(c.M, c.N, c.K, 1.0f, 0.0f, __half{});
+      run(c.M, c.N, c.K, 1.5f, -0.5f, __nv_bfloat16{});
+    }
+    run(1000, 520, 136, 1.0f, 0.5f, __half{});
+    run(512, 768, 1024, 1.0f, 0.0f, __nv_bfloat16{});
   }
-  run(1000, 520, 136, 1.0f, 0.5f, __half{});
-  run(512, 768, 1024, 1.0f, 0.0f, __nv_bfloat16{});
 }
 
 // ---------------------------------------------------------------- GPU: the exercises' GEMMs
