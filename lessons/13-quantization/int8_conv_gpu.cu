@@ -275,6 +275,12 @@ struct KernelParams {
   unsigned long long* fallbacks;  // INT8 only
 };
 
+// The epilogue's second step (defined after the kernel), shared with the wgmma kernel
+// (int8_wgmma.cuh): the int32 (FP8: float) tile staged in shared memory to the output.
+template <class Cfg, class Args, class T, bool kExact>
+__device__ __forceinline__ void int8_tile_epilogue(const KernelParams<Args>& kp, const void* staged,
+                                                   const float* chan, int bm, int bn, int M);
+
 template <class Cfg, class Args, class T, bool kExact>
 __global__ void __launch_bounds__(Cfg::kThreads) conv_int8_mma(KernelParams<Args> kp) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
@@ -443,7 +449,25 @@ __global__ void __launch_bounds__(Cfg::kThreads) conv_int8_mma(KernelParams<Args
           *reinterpret_cast<int2*>(dst) = make_int2(acc[i][j][2 * h], acc[i][j][2 * h + 1]);
       }
   __syncthreads();
+  int8_tile_epilogue<Cfg, Args, T, kExact>(kp, stage, chan, bm, bn, M);
+#elif defined(__CUDA_ARCH__)
+  __trap();  // compiled for a GPU without mma.m16n8k32.s8 / cp.async: conv_int8_gpu refuses it
+#endif
+}
 
+// Every thread of the block, `Cfg::kThreads`, takes groups of 4 channels of the BM x BN tile
+// staged at `staged` (rows of Cfg::kAccLd accumulators); chan holds the tile's per-channel
+// constants (3 x BN floats); bm, bn: the tile's first pixel and channel; M: the pixels in all.
+template <class Cfg, class Args, class T, bool kExact>
+__device__ __forceinline__ void int8_tile_epilogue(const KernelParams<Args>& kp, const void* staged,
+                                                   const float* chan, int bm, int bn, int M) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  constexpr bool kFp8 = std::is_same_v<Args, Fp8ConvArgs>;
+  using Acc = std::conditional_t<kFp8, float, int>;
+  constexpr int BM = Cfg::BM, BN = Cfg::BN, LD = Cfg::kAccLd;
+  const Args& a = kp.a;
+  const Acc* stage = static_cast<const Acc*>(staged);
+  const int tid = threadIdx.x;
   T* y = static_cast<T*>(a.y);
   const auto* res = reinterpret_cast<const unsigned char*>(a.res);  // INT8 or E4M3 codes
   const bool has_res = res != nullptr;
@@ -915,3 +939,6 @@ void launch_fp8_to_float(const std::uint8_t* code, int n, float* x, cudaStream_t
 
 }  // namespace detail
 }  // namespace lesson13
+
+// The Hopper path for 1x1 convolutions (TMA + wgmma), which shares this file's epilogue.
+#include "int8_wgmma.cuh"
