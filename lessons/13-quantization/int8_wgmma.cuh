@@ -163,7 +163,12 @@ __global__ void __launch_bounds__(Cfg::kThreads)
 #ifdef LESSON10_SM90A
   constexpr int BM = Cfg::BM, BN = Cfg::BN, kBK = Cfg::kBK, kStages = Cfg::kStages;
   extern __shared__ unsigned char smem_raw[];
-  unsigned char* smem = l10::align_1024(smem_raw);
+  // The 1024-byte-aligned base as smem_raw plus an offset, not as a rounded generic address
+  // (lesson 10's align_1024): an integer turned back into a pointer no longer says which state
+  // space it points into, so every access through it was a generic LD.E / ST.E (an address-window
+  // check per access); indexed from the __shared__ array, the compiler emits LDS / STS.
+  const unsigned raw = l10::smem_addr(smem_raw);
+  unsigned char* smem = smem_raw + (((raw + 1023u) & ~1023u) - raw);
   const Int8ConvArgs& a = kp.a;
   const int M = a.batch * a.out_h * a.out_w;
   const int k_tiles = (a.in_c + kBK - 1) / kBK;
@@ -219,7 +224,14 @@ __global__ void __launch_bounds__(Cfg::kThreads)
       if (tid % 128 == 0) l10::mbar_arrive(&empty[s]);
     }
     // The staged tile overlays the ring: both consumers must be done reading it (every TMA load
-    // has landed by then: each consumer waited for every stage it read).
+    // has landed by then: each consumer waited for every stage it read). The ring's last accesses
+    // were the async proxy's (TMA writes, wgmma reads) and the stores below are the generic
+    // proxy's, yet no fence.proxy.async is needed here: the PTX ISA's "Async Proxy" paragraphs
+    // (of cp.async.bulk's section and of wgmma.mma_async's) say that the completion of either
+    // operation is followed by an implicit generic-async proxy fence, and both completions were
+    // observed before this barrier (the full mbarrier's phase, wgmma.wait_group 0). The other
+    // direction, generic stores then an async-proxy access, would need the fence; it does not
+    // occur (nothing reads the ring through TMA or wgmma after this point).
     consumers_sync();
     int* staged = reinterpret_cast<int*>(smem);
     const int warp = (tid % 128) / 32, lane = tid % 32;
