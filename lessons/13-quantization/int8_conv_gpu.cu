@@ -790,6 +790,31 @@ void allow_smem(Kernel kernel, int bytes, std::atomic<unsigned long long>& done)
   done.fetch_or(bit);
 }
 
+// The kernel instance for an INT8 convolution's output type and epilogue, shared by the three
+// launchers (mma.sync, the first layer, wgmma): launch(Int8Output<T, kExact>{}, counter) with the
+// fallback counter the kernel gets. INT8 codes run the exact or the fast epilogue (which counts
+// nothing: null counter); float outputs always the double one (the top of int8_conv_gpu.hpp).
+// `who` starts the message of the exception thrown for an unknown type.
+template <class T_, bool kExact_>
+struct Int8Output {
+  using T = T_;
+  static constexpr bool kExact = kExact_;
+};
+template <class Launch>
+void for_int8_output(const char* who, Int8ConvOutput y_type, Int8Epilogue epilogue,
+                     unsigned long long* fallbacks, Launch&& launch) {
+  switch (y_type) {
+    case Int8ConvOutput::int8:
+      if (epilogue == Int8Epilogue::fast) return launch(Int8Output<int8_t, false>{}, nullptr);
+      return launch(Int8Output<int8_t, true>{}, fallbacks);
+    case Int8ConvOutput::f32:
+      return launch(Int8Output<float, true>{}, fallbacks);
+    case Int8ConvOutput::f16:
+      return launch(Int8Output<__half, true>{}, fallbacks);
+  }
+  throw std::invalid_argument(std::string(who) + ": unknown output type");
+}
+
 template <class Cfg, class T, bool kExact, class Args>
 void launch_tile(const Args& a, unsigned long long* fallbacks, cudaStream_t stream) {
   const long long M = static_cast<long long>(a.batch) * a.out_h * a.out_w;
@@ -811,17 +836,11 @@ void launch_tile(const Args& a, unsigned long long* fallbacks, cudaStream_t stre
 template <class Cfg>
 void launch_typed(const Int8ConvArgs& a, Int8Epilogue epilogue, unsigned long long* fallbacks,
                   cudaStream_t stream) {
-  switch (a.y_type) {
-    case Int8ConvOutput::int8:
-      if (epilogue == Int8Epilogue::fast)
-        return launch_tile<Cfg, int8_t, false>(a, nullptr, stream);
-      return launch_tile<Cfg, int8_t, true>(a, fallbacks, stream);
-    case Int8ConvOutput::f32:  // always the double epilogue (the top of int8_conv_gpu.hpp)
-      return launch_tile<Cfg, float, true>(a, fallbacks, stream);
-    case Int8ConvOutput::f16:
-      return launch_tile<Cfg, __half, true>(a, fallbacks, stream);
-  }
-  throw std::invalid_argument("conv_int8_gpu: unknown output type");
+  for_int8_output("conv_int8_gpu", a.y_type, epilogue, fallbacks,
+                  [&](auto out, unsigned long long* counter) {
+                    using O = decltype(out);
+                    launch_tile<Cfg, typename O::T, O::kExact>(a, counter, stream);
+                  });
 }
 
 template <class Cfg>
@@ -891,16 +910,11 @@ int int8_image_conv_smem(const Int8ConvArgs& conv) {
 
 void launch_int8_image_conv(const Int8ImageConvArgs& a, Int8Epilogue epilogue,
                             unsigned long long* fallbacks, cudaStream_t stream) {
-  switch (a.conv.y_type) {
-    case Int8ConvOutput::int8:
-      if (epilogue == Int8Epilogue::fast) return launch_image<int8_t, false>(a, nullptr, stream);
-      return launch_image<int8_t, true>(a, fallbacks, stream);
-    case Int8ConvOutput::f32:  // the double epilogue, as conv_int8_gpu's
-      return launch_image<float, true>(a, fallbacks, stream);
-    case Int8ConvOutput::f16:
-      return launch_image<__half, true>(a, fallbacks, stream);
-  }
-  throw std::invalid_argument("conv_int8_image_gpu: unknown output type");
+  for_int8_output("conv_int8_image_gpu", a.conv.y_type, epilogue, fallbacks,
+                  [&](auto out, unsigned long long* counter) {
+                    using O = decltype(out);
+                    launch_image<typename O::T, O::kExact>(a, counter, stream);
+                  });
 }
 
 void launch_fp8_conv(int tile, const Fp8ConvArgs& a, cudaStream_t stream) {

@@ -292,17 +292,11 @@ void launch_wgmma_tile(const Int8ConvArgs& a, unsigned long long* fallbacks, cud
 template <class Cfg>
 void launch_wgmma_typed(const Int8ConvArgs& a, Int8Epilogue epilogue, unsigned long long* fallbacks,
                         cudaStream_t stream) {
-  switch (a.y_type) {
-    case Int8ConvOutput::int8:
-      if (epilogue == Int8Epilogue::fast)
-        return launch_wgmma_tile<Cfg, int8_t, false>(a, nullptr, stream);
-      return launch_wgmma_tile<Cfg, int8_t, true>(a, fallbacks, stream);
-    case Int8ConvOutput::f32:  // always the double epilogue (the top of int8_conv_gpu.hpp)
-      return launch_wgmma_tile<Cfg, float, true>(a, fallbacks, stream);
-    case Int8ConvOutput::f16:
-      return launch_wgmma_tile<Cfg, __half, true>(a, fallbacks, stream);
-  }
-  throw std::invalid_argument("conv_int8_gpu: unknown output type");
+  for_int8_output("conv_int8_gpu", a.y_type, epilogue, fallbacks,
+                  [&](auto out, unsigned long long* counter) {
+                    using O = decltype(out);
+                    launch_wgmma_tile<Cfg, typename O::T, O::kExact>(a, counter, stream);
+                  });
 }
 
 template <class Cfg>
