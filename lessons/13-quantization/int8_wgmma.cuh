@@ -165,8 +165,9 @@ __global__ void __launch_bounds__(Cfg::kThreads)
   extern __shared__ unsigned char smem_raw[];
   // The 1024-byte-aligned base as smem_raw plus an offset, not as a rounded generic address
   // (lesson 10's align_1024): an integer turned back into a pointer no longer says which state
-  // space it points into, so every access through it was a generic LD.E / ST.E (an address-window
-  // check per access); indexed from the __shared__ array, the compiler emits LDS / STS.
+  // space it points into, so every access through it was a generic LD.E / ST.E on a 64-bit
+  // address (two registers and 64-bit arithmetic per pointer); indexed from the __shared__ array,
+  // the compiler emits LDS / STS on 32-bit shared addresses.
   const unsigned raw = l10::smem_addr(smem_raw);
   unsigned char* smem = smem_raw + (((raw + 1023u) & ~1023u) - raw);
   const Int8ConvArgs& a = kp.a;
