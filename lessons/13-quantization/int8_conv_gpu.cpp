@@ -144,17 +144,9 @@ bool int8_wgmma_available() {
   return major == 9 && minor == 0;  // sm_90a code runs on 9.0 only
 }
 
-int int8_wgmma_auto_tile(const Int8ConvArgs& a, int sm_count) {
-  if (sm_count < 1) {
-    throw std::invalid_argument("int8_wgmma_auto_tile: sm_count must be positive, got " +
-                                std::to_string(sm_count));
-  }
-  const std::vector<Int8ConvTile>& tiles = int8_wgmma_tiles();  // widest first
-  const int last = static_cast<int>(tiles.size()) - 1;
-  int i = 0;
-  while (i < last && tiles[i + 1].tile_n >= a.out_c) ++i;  // the narrowest that covers out_c
-  while (i < last && blocks_of(tiles[i], a) < sm_count) ++i;
-  return i;
+int int8_wgmma_auto_tile(const Int8ConvArgs& a) {
+  (void)a;  // the same tile for every layer (the header says why)
+  return static_cast<int>(int8_wgmma_tiles().size()) - 1;  // widest first: 128x64 is the last
 }
 
 void conv_int8_gpu(const Int8ConvArgs& a, cudaStream_t stream, int tile,
@@ -183,7 +175,7 @@ void conv_int8_gpu(const Int8ConvArgs& a, cudaStream_t stream, int tile,
                         if (path == Int8ConvPath::automatic && int8_wgmma_eligible(a) &&
                             int8_wgmma_pays(a, sms) && int8_wgmma_available())
                           wgmma = true;
-                        return wgmma ? int8_wgmma_auto_tile(a, sms) : int8_conv_auto_tile(a, sms);
+                        return wgmma ? int8_wgmma_auto_tile(a) : int8_conv_auto_tile(a, sms);
                       });
   if (tile < 0) return;  // batch 0
   if (forced) {

@@ -148,10 +148,6 @@ __device__ __forceinline__ void pin_accumulators(int (&d)[N]) {
   for (int i = 0; i < N; ++i) asm volatile("" : "+r"(d[i])::"memory");
 }
 
-// The 256 consumer threads only: named barrier 1 (0 is __syncthreads).
-__device__ __forceinline__ void consumers_sync() {
-  asm volatile("bar.sync 1, 256;\n" ::: "memory");
-}
 #endif  // LESSON10_SM90A
 
 // map_x: x as M rows of in_c bytes (row stride x_stride), boxes of 128 rows x 128 bytes; map_w:
@@ -189,6 +185,7 @@ __global__ void __launch_bounds__(Cfg::kThreads)
   l10::init_ring(full, empty, stages, 2);
   __syncthreads();  // the barriers initialised (and fenced for TMA), the constants written
 
+  int d[BN / 2];  // a consumer's accumulators (the producer warp group leaves them unused)
   if (wg == 0) {
     if (tid == 0) {
       for (int t = 0; t < k_tiles; ++t) {
@@ -204,7 +201,6 @@ __global__ void __launch_bounds__(Cfg::kThreads)
     }
   } else {
     const int rows = (wg - 1) * 64;  // this consumer's 64 pixel rows of the tile
-    int d[BN / 2];
 #pragma unroll
     for (int i = 0; i < BN / 2; ++i) d[i] = 0;
     const unsigned ring = l10::smem_addr(smem);
@@ -224,16 +220,20 @@ __global__ void __launch_bounds__(Cfg::kThreads)
       pin_accumulators(d);
       if (tid % 128 == 0) l10::mbar_arrive(&empty[s]);
     }
-    // The staged tile overlays the ring: both consumers must be done reading it (every TMA load
-    // has landed by then: each consumer waited for every stage it read). The ring's last accesses
-    // were the async proxy's (TMA writes, wgmma reads) and the stores below are the generic
-    // proxy's, yet no fence.proxy.async is needed here: the PTX ISA's "Async Proxy" paragraphs
-    // (of cp.async.bulk's section and of wgmma.mma_async's) say that the completion of either
-    // operation is followed by an implicit generic-async proxy fence, and both completions were
-    // observed before this barrier (the full mbarrier's phase, wgmma.wait_group 0). The other
-    // direction, generic stores then an async-proxy access, would need the fence; it does not
-    // occur (nothing reads the ring through TMA or wgmma after this point).
-    consumers_sync();
+  }
+  // The staged tile overlays the ring: both consumers must be done reading it (every TMA load
+  // has landed by then: each consumer waited for every stage it read). The ring's last accesses
+  // were the async proxy's (TMA writes, wgmma reads) and the stores below are the generic
+  // proxy's, yet no fence.proxy.async is needed here: the PTX ISA's "Async Proxy" paragraphs
+  // (of cp.async.bulk's section and of wgmma.mma_async's) say that the completion of either
+  // operation is followed by an implicit generic-async proxy fence, and both completions were
+  // observed before this barrier (the full mbarrier's phase, wgmma.wait_group 0). The other
+  // direction, generic stores then an async-proxy access, would need the fence; it does not
+  // occur (nothing reads the ring through TMA or wgmma after this point). A block-wide barrier
+  // (the producer warp group waits too) rather than a named one for the 256 consumer threads.
+  __syncthreads();
+  if (wg != 0) {
+    const int rows = (wg - 1) * 64;
     int* staged = reinterpret_cast<int*>(smem);
     const int warp = (tid % 128) / 32, lane = tid % 32;
 #pragma unroll

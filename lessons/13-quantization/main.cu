@@ -484,7 +484,7 @@ std::pair<double, double> time_layer(const lesson12::FusedOp& op, int batch, con
   const bool wgmma = int8_wgmma_eligible(a) && int8_wgmma_available();
   const bool wgmma_chosen = wgmma && int8_wgmma_pays(a, sm_count);  // the "(automatic)" mark
   const int auto_tile = wgmma_chosen ? -1 : int8_conv_auto_tile(a, sm_count);
-  const int auto_wgmma = wgmma_chosen ? int8_wgmma_auto_tile(a, sm_count) : -1;
+  const int auto_wgmma = wgmma_chosen ? int8_wgmma_auto_tile(a) : -1;
   const auto time_tiles = [&](const std::vector<Int8ConvTile>& list, Int8ConvPath path,
                               int automatic, Int8Epilogue e) {
     for (int t = 0; t < static_cast<int>(list.size()); ++t) {
