@@ -60,17 +60,18 @@ int check_device(const char* who, int min_cc, const char* needs,
 }
 
 // What both tensor-core launchers check before a launch (messages start with `who`): the tile
-// index, then, unless batch is 0, check_device. Returns the tile to launch (auto_tile(SM count)
-// for -1), or -1 when there is nothing to launch. Throws std::invalid_argument.
+// index (into `tiles`, whose name is `tiles_name`), then, unless batch is 0, check_device.
+// Returns the tile to launch (auto_tile(SM count) for -1), or -1 when there is nothing to launch.
+// Throws std::invalid_argument.
 template <class AutoTile>
-int checked_tile(const char* who, int tile, int batch, int min_cc, const char* needs,
+int checked_tile(const char* who, int tile, const std::vector<Int8ConvTile>& tiles,
+                 const char* tiles_name, int batch, int min_cc, const char* needs,
                  std::initializer_list<NamedPointer> pointers, AutoTile auto_tile) {
-  const int count = static_cast<int>(int8_conv_tiles().size());
+  const int count = static_cast<int>(tiles.size());
   if (tile < -1 || tile >= count) {
-    throw std::invalid_argument(
-        std::string(who) + ": tile " + std::to_string(tile) +
-        " is neither -1 (automatic) nor an index of int8_conv_tiles() (0.." +
-        std::to_string(count - 1) + ")");
+    throw std::invalid_argument(std::string(who) + ": tile " + std::to_string(tile) +
+                                " is neither -1 (automatic) nor an index of " + tiles_name +
+                                " (0.." + std::to_string(count - 1) + ")");
   }
   if (batch == 0) return -1;
   const int dev = check_device(who, min_cc, needs, pointers);
@@ -121,10 +122,47 @@ void check_int8_conv_gpu_args(const Int8ConvArgs& a) {
   require(aligned16(a.w), "w is not 16-byte aligned (cp.async copies 16 bytes)");
 }
 
+bool int8_wgmma_eligible(const Int8ConvArgs& a) {
+  return a.kernel == 1 && a.stride == 1 && a.pad == 0;
+}
+
+bool int8_wgmma_pays(const Int8ConvArgs& a, int sm_count) {
+  if (sm_count < 1) {
+    throw std::invalid_argument("int8_wgmma_pays: sm_count must be positive, got " +
+                                std::to_string(sm_count));
+  }
+  const long long pixels = static_cast<long long>(a.batch) * a.out_h * a.out_w;
+  return a.in_c >= 128 && pixels >= 128LL * sm_count;
+}
+
+bool int8_wgmma_available() {
+  if (!detail::int8_wgmma_built()) return false;
+  int dev = 0, major = 0, minor = 0;
+  CUDA_CHECK(cudaGetDevice(&dev));
+  CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+  CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+  return major == 9 && minor == 0;  // sm_90a code runs on 9.0 only
+}
+
+int int8_wgmma_auto_tile(const Int8ConvArgs& a) {
+  (void)a;  // the same tile for every layer (the header says why)
+  return static_cast<int>(int8_wgmma_tiles().size()) - 1;  // widest first: 128x64 is the last
+}
+
 void conv_int8_gpu(const Int8ConvArgs& a, cudaStream_t stream, int tile,
-                   unsigned long long* fallbacks, Int8Epilogue epilogue) {
+                   unsigned long long* fallbacks, Int8Epilogue epilogue, Int8ConvPath path) {
   check_int8_conv_gpu_args(a);
-  tile = checked_tile("conv_int8_gpu", tile, a.batch, 80,
+  const bool forced = path == Int8ConvPath::wgmma;
+  if (forced) {
+    require(int8_wgmma_eligible(a),
+            "the wgmma path computes 1x1 convolutions with stride 1 and pad 0 only, not a " +
+                std::to_string(a.kernel) + "x" + std::to_string(a.kernel) + " stride " +
+                std::to_string(a.stride) + " pad " + std::to_string(a.pad) + " one");
+  }
+  // The automatic path's choice needs the device: made in the tile callback, after the checks.
+  bool wgmma = forced;
+  tile = checked_tile("conv_int8_gpu", tile, forced ? int8_wgmma_tiles() : int8_conv_tiles(),
+                      forced ? "int8_wgmma_tiles()" : "int8_conv_tiles()", a.batch, 80,
                       "mma.sync.m16n8k32 with INT8 operands and cp.async need 8.0",
                       {{a.x, "x"},
                        {a.w, "w"},
@@ -133,8 +171,23 @@ void conv_int8_gpu(const Int8ConvArgs& a, cudaStream_t stream, int tile,
                        {a.y, "y"},
                        {a.res, "res"},
                        {fallbacks, "fallbacks"}},
-                      [&](int sms) { return int8_conv_auto_tile(a, sms); });
-  if (tile >= 0) detail::launch_int8_conv(tile, a, epilogue, fallbacks, stream);
+                      [&](int sms) {
+                        if (path == Int8ConvPath::automatic && int8_wgmma_eligible(a) &&
+                            int8_wgmma_pays(a, sms) && int8_wgmma_available())
+                          wgmma = true;
+                        return wgmma ? int8_wgmma_auto_tile(a) : int8_conv_auto_tile(a, sms);
+                      });
+  if (tile < 0) return;  // batch 0
+  if (forced) {
+    require(int8_wgmma_available(),
+            detail::int8_wgmma_built()
+                ? "the wgmma path needs compute capability 9.0 (sm_90a code)"
+                : "the wgmma path was not compiled (CMAKE_CUDA_ARCHITECTURES without 90)");
+  }
+  if (wgmma)
+    detail::launch_int8_wgmma(tile, a, epilogue, fallbacks, stream);
+  else
+    detail::launch_int8_conv(tile, a, epilogue, fallbacks, stream);
 }
 
 // ------------------------------------------------------------------------ the first layer
@@ -216,7 +269,7 @@ void check_fp8_conv_gpu_args(const Fp8ConvArgs& a) {
 
 void conv_fp8_gpu(const Fp8ConvArgs& a, cudaStream_t stream, int tile) {
   check_fp8_conv_gpu_args(a);
-  tile = checked_tile("conv_fp8_gpu", tile, a.batch, 89,
+  tile = checked_tile("conv_fp8_gpu", tile, int8_conv_tiles(), "int8_conv_tiles()", a.batch, 89,
                       "mma.sync.m16n8k32 with E4M3 operands needs 8.9",
                       {{a.x, "x"},
                        {a.w, "w"},

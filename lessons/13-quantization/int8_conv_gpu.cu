@@ -275,6 +275,12 @@ struct KernelParams {
   unsigned long long* fallbacks;  // INT8 only
 };
 
+// The epilogue's second step (defined after the kernel), shared with the wgmma kernel
+// (int8_wgmma.cuh): the int32 (FP8: float) tile staged in shared memory to the output.
+template <class Cfg, class Args, class T, bool kExact>
+__device__ __forceinline__ void int8_tile_epilogue(const KernelParams<Args>& kp, const void* staged,
+                                                   const float* chan, int bm, int bn, int M);
+
 template <class Cfg, class Args, class T, bool kExact>
 __global__ void __launch_bounds__(Cfg::kThreads) conv_int8_mma(KernelParams<Args> kp) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
@@ -443,7 +449,25 @@ __global__ void __launch_bounds__(Cfg::kThreads) conv_int8_mma(KernelParams<Args
           *reinterpret_cast<int2*>(dst) = make_int2(acc[i][j][2 * h], acc[i][j][2 * h + 1]);
       }
   __syncthreads();
+  int8_tile_epilogue<Cfg, Args, T, kExact>(kp, stage, chan, bm, bn, M);
+#elif defined(__CUDA_ARCH__)
+  __trap();  // compiled for a GPU without mma.m16n8k32.s8 / cp.async: conv_int8_gpu refuses it
+#endif
+}
 
+// Every thread of the block, `Cfg::kThreads`, takes groups of 4 channels of the BM x BN tile
+// staged at `staged` (rows of Cfg::kAccLd accumulators); chan holds the tile's per-channel
+// constants (3 x BN floats); bm, bn: the tile's first pixel and channel; M: the pixels in all.
+template <class Cfg, class Args, class T, bool kExact>
+__device__ __forceinline__ void int8_tile_epilogue(const KernelParams<Args>& kp, const void* staged,
+                                                   const float* chan, int bm, int bn, int M) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  constexpr bool kFp8 = std::is_same_v<Args, Fp8ConvArgs>;
+  using Acc = std::conditional_t<kFp8, float, int>;
+  constexpr int BM = Cfg::BM, BN = Cfg::BN, LD = Cfg::kAccLd;
+  const Args& a = kp.a;
+  const Acc* stage = static_cast<const Acc*>(staged);
+  const int tid = threadIdx.x;
   T* y = static_cast<T*>(a.y);
   const auto* res = reinterpret_cast<const unsigned char*>(a.res);  // INT8 or E4M3 codes
   const bool has_res = res != nullptr;
@@ -766,6 +790,31 @@ void allow_smem(Kernel kernel, int bytes, std::atomic<unsigned long long>& done)
   done.fetch_or(bit);
 }
 
+// The kernel instance for an INT8 convolution's output type and epilogue, shared by the three
+// launchers (mma.sync, the first layer, wgmma): launch(Int8Output<T, kExact>{}, counter) with the
+// fallback counter the kernel gets. INT8 codes run the exact or the fast epilogue (which counts
+// nothing: null counter); float outputs always the double one (the top of int8_conv_gpu.hpp).
+// `who` starts the message of the exception thrown for an unknown type.
+template <class T_, bool kExact_>
+struct Int8Output {
+  using T = T_;
+  static constexpr bool kExact = kExact_;
+};
+template <class Launch>
+void for_int8_output(const char* who, Int8ConvOutput y_type, Int8Epilogue epilogue,
+                     unsigned long long* fallbacks, Launch&& launch) {
+  switch (y_type) {
+    case Int8ConvOutput::int8:
+      if (epilogue == Int8Epilogue::fast) return launch(Int8Output<int8_t, false>{}, nullptr);
+      return launch(Int8Output<int8_t, true>{}, fallbacks);
+    case Int8ConvOutput::f32:
+      return launch(Int8Output<float, true>{}, fallbacks);
+    case Int8ConvOutput::f16:
+      return launch(Int8Output<__half, true>{}, fallbacks);
+  }
+  throw std::invalid_argument(std::string(who) + ": unknown output type");
+}
+
 template <class Cfg, class T, bool kExact, class Args>
 void launch_tile(const Args& a, unsigned long long* fallbacks, cudaStream_t stream) {
   const long long M = static_cast<long long>(a.batch) * a.out_h * a.out_w;
@@ -787,17 +836,11 @@ void launch_tile(const Args& a, unsigned long long* fallbacks, cudaStream_t stre
 template <class Cfg>
 void launch_typed(const Int8ConvArgs& a, Int8Epilogue epilogue, unsigned long long* fallbacks,
                   cudaStream_t stream) {
-  switch (a.y_type) {
-    case Int8ConvOutput::int8:
-      if (epilogue == Int8Epilogue::fast)
-        return launch_tile<Cfg, int8_t, false>(a, nullptr, stream);
-      return launch_tile<Cfg, int8_t, true>(a, fallbacks, stream);
-    case Int8ConvOutput::f32:  // always the double epilogue (the top of int8_conv_gpu.hpp)
-      return launch_tile<Cfg, float, true>(a, fallbacks, stream);
-    case Int8ConvOutput::f16:
-      return launch_tile<Cfg, __half, true>(a, fallbacks, stream);
-  }
-  throw std::invalid_argument("conv_int8_gpu: unknown output type");
+  for_int8_output("conv_int8_gpu", a.y_type, epilogue, fallbacks,
+                  [&](auto out, unsigned long long* counter) {
+                    using O = decltype(out);
+                    launch_tile<Cfg, typename O::T, O::kExact>(a, counter, stream);
+                  });
 }
 
 template <class Cfg>
@@ -867,16 +910,11 @@ int int8_image_conv_smem(const Int8ConvArgs& conv) {
 
 void launch_int8_image_conv(const Int8ImageConvArgs& a, Int8Epilogue epilogue,
                             unsigned long long* fallbacks, cudaStream_t stream) {
-  switch (a.conv.y_type) {
-    case Int8ConvOutput::int8:
-      if (epilogue == Int8Epilogue::fast) return launch_image<int8_t, false>(a, nullptr, stream);
-      return launch_image<int8_t, true>(a, fallbacks, stream);
-    case Int8ConvOutput::f32:  // the double epilogue, as conv_int8_gpu's
-      return launch_image<float, true>(a, fallbacks, stream);
-    case Int8ConvOutput::f16:
-      return launch_image<__half, true>(a, fallbacks, stream);
-  }
-  throw std::invalid_argument("conv_int8_image_gpu: unknown output type");
+  for_int8_output("conv_int8_image_gpu", a.conv.y_type, epilogue, fallbacks,
+                  [&](auto out, unsigned long long* counter) {
+                    using O = decltype(out);
+                    launch_image<typename O::T, O::kExact>(a, counter, stream);
+                  });
 }
 
 void launch_fp8_conv(int tile, const Fp8ConvArgs& a, cudaStream_t stream) {
@@ -915,3 +953,6 @@ void launch_fp8_to_float(const std::uint8_t* code, int n, float* x, cudaStream_t
 
 }  // namespace detail
 }  // namespace lesson13
+
+// The Hopper path for 1x1 convolutions (TMA + wgmma), which shares this file's epilogue.
+#include "int8_wgmma.cuh"

@@ -4,6 +4,9 @@
 //                        an implicit GEMM on mma.sync.m16n8k32 (s8 x s8 -> s32), the epilogue
 //                        (dequantise, bias, SiLU, residual, requantise) fused into it
 //   int8_conv_tiles      the block tiles it can run with, and int8_conv_auto_tile's choice
+//   int8_wgmma_tiles     the Hopper path for 1x1 layers (TMA + wgmma.mma_async with s8 operands,
+//                        int8_wgmma.cuh), which conv_int8_gpu takes by itself on compute
+//                        capability 9.0; Int8ConvPath forces either path
 //   quantize_int8_gpu    the kernel's own requantisation (an inline copy of exercise 1's
 //                        quantize_int8) over an array: the tests compare it with the host's
 //   fp8_e4m3_from_float_gpu / fp8_e4m3_to_float_gpu   quantize.hpp's FP8 conversions run on the
@@ -93,20 +96,73 @@ void check_int8_conv_gpu_args(const Int8ConvArgs& a);
 //          times both, to show what exactness costs.
 enum class Int8Epilogue { exact, fast };
 
+// The Hopper path (int8_wgmma.cuh), for 1x1 convolutions with stride 1 and pad 0, which are
+// plain GEMMs (A = the input pixels, M = batch * in_h * in_w rows of in_c bytes at row stride
+// x_stride; B = the weights, out_c rows of in_c bytes): TMA loads of 128-byte-swizzled tiles, one
+// producer warp group and two consumer warp groups issuing wgmma.mma_async m64nNk32 with s8
+// operands, then the same epilogue as the mma.sync kernel, so the same results (exact: equal to
+// conv_int8_reference as above; fast: the same rule). It needs compute capability 9.0 exactly
+// (wgmma is sm_90a code) and a build whose CMAKE_CUDA_ARCHITECTURES include 90 (compiled for any
+// other architecture, the kernel is a trap and conv_int8_gpu never takes this path).
+//   path automatic  (the default) the wgmma path when int8_wgmma_eligible(a), tile is -1,
+//                   int8_wgmma_available() and int8_wgmma_pays(a, SM count); the mma.sync path
+//                   otherwise. An explicit tile keeps its meaning, an index into int8_conv_tiles()
+//                   (the mma.sync path).
+//   path mma_sync   the mma.sync path, tile an index into int8_conv_tiles() or -1
+//   path wgmma      the wgmma path, tile an index into int8_wgmma_tiles() or -1 for
+//                   int8_wgmma_auto_tile's choice; conv_int8_gpu throws std::invalid_argument when
+//                   the layer is not eligible or int8_wgmma_available() is false
+enum class Int8ConvPath { automatic, mma_sync, wgmma };
+
+// The wgmma path's tiles, largest first: "wgmma 128x256", "wgmma 128x128", "wgmma 128x64"
+// (tile_m x tile_n outputs per block; warps_m x warps_n = 2 x 1 consumer warp groups of 64 rows;
+// threads = 384 with the producer warp group; smem_bytes with the full 4-stage ring of 128-byte
+// K tiles, 1024 bytes of alignment slack, 3 floats per channel and the mbarriers: a launch with
+// fewer K tiles than stages allocates only the stages it uses).
+const std::vector<Int8ConvTile>& int8_wgmma_tiles();
+
+// Whether the layer is one the wgmma path computes: kernel 1, stride 1, pad 0 (the requirements
+// of check_int8_conv_gpu_args hold as for the other path). No CUDA call.
+bool int8_wgmma_eligible(const Int8ConvArgs& a);
+
+// Whether the automatic path takes wgmma for an eligible layer: in_c >= 128 (at least one whole
+// 128-byte K tile: a narrower layer pays for the zero-filled rest of the box; YOLOv8n's 32- and
+// 48-channel 1x1 layers at 160x160 took 226-234 us on it at batch 32 against 110-118 us on
+// mma.sync, on an H200) and at least 128 x sm_count output pixels (a full wave of 128-row
+// tiles: model.12.cv1, 384 -> 128 channels, took 9.2 us on it at batch 1, 1600 pixels, against
+// 7.7 us on mma.sync, and 18.9 us at batch 16 against 21.9 us). A rule drawn from those few
+// measurements, fast epilogue. No CUDA call. Throws std::invalid_argument for sm_count < 1.
+bool int8_wgmma_pays(const Int8ConvArgs& a, int sm_count);
+
+// Whether the wgmma path runs here: the kernel was compiled for sm_90a and the current device has
+// compute capability 9.0. Throws course::CudaError if the device cannot be queried.
+bool int8_wgmma_available();
+
+// The wgmma tile the automatic choice takes for layer `a`: "wgmma 128x64" for every layer. On an
+// H200 it was the fastest of the three at every shape timed (model.12.cv1, 384 -> 128 channels at
+// 40x40, batch 1 and 16, exact and fast epilogue: at batch 16 fast 17.4 us against 20.5 for
+// 128x128 and 33.9 for 128x256). By shared memory (smem_bytes: 131 KB for 128x128, 100 KB for
+// 128x64) an SM holds one block of the wider tile and two of 128x64. A rule drawn from those
+// measurements, not a model. Returns an index into int8_wgmma_tiles(). No CUDA call.
+int int8_wgmma_auto_tile(const Int8ConvArgs& a);
+
 // Runs the convolution on `stream` (asynchronous). Every pointer of `a` is device memory (or
 // managed / mapped pinned memory); the shapes, views and epilogue are conv_int8_reference's, the
-// result equal to it as the top of this file says. tile: an index into int8_conv_tiles(), or -1
-// for int8_conv_auto_tile's choice on the current device. fallbacks: if not null, a device
-// counter that the kernel increments (atomically) once per INT8 output element its certified
-// float epilogue could not decide (for the tests and the lesson's statistics; leave it null to
-// time the kernel; ignored with Int8Epilogue::fast). batch 0 launches nothing. The w_scale entries
-// are not checked here (device memory): they must be positive normal floats, as
+// result equal to it as the top of this file says. tile and path: which kernel and tile, as
+// Int8ConvPath above says (by default: -1, automatic: on compute capability 9.0 the wgmma path
+// for an eligible layer, else int8_conv_auto_tile's choice on the current device). fallbacks: if
+// not null, a device counter that the kernel increments (atomically) once per INT8 output element
+// its certified float epilogue could not decide (for the tests and the lesson's statistics; leave
+// it null to time the kernel; ignored with Int8Epilogue::fast). batch 0 launches nothing. The
+// w_scale entries are not checked here (device memory): they must be positive normal floats, as
 // quantize_int8_per_channel makes them. Throws std::invalid_argument for what
 // check_int8_conv_gpu_args refuses, a GPU older than compute capability 8.0, a pointer the device
-// cannot access or a tile index out of range; course::CudaError if a CUDA call fails.
+// cannot access, a tile index out of range, or a forced wgmma path that cannot run (above);
+// course::CudaError if a CUDA call fails.
 void conv_int8_gpu(const Int8ConvArgs& a, cudaStream_t stream, int tile = -1,
                    unsigned long long* fallbacks = nullptr,
-                   Int8Epilogue epilogue = Int8Epilogue::exact);
+                   Int8Epilogue epilogue = Int8Epilogue::exact,
+                   Int8ConvPath path = Int8ConvPath::automatic);
 
 // ------------------------------------------------------------ the first layer, input fused
 //
@@ -167,6 +223,11 @@ void launch_int8_conv(int tile, const Int8ConvArgs& a, Int8Epilogue epilogue,
 int int8_image_conv_smem(const Int8ConvArgs& conv);
 void launch_int8_image_conv(const Int8ImageConvArgs& a, Int8Epilogue epilogue,
                             unsigned long long* fallbacks, cudaStream_t stream);
+// int8_wgmma.cuh: the wgmma path's launch (tile: an index into int8_wgmma_tiles()), and whether
+// its kernel was compiled for sm_90a (CMakeLists.txt defines LESSON13_WGMMA_SM90A then).
+void launch_int8_wgmma(int tile, const Int8ConvArgs& a, Int8Epilogue epilogue,
+                       unsigned long long* fallbacks, cudaStream_t stream);
+bool int8_wgmma_built();
 void launch_quantize_int8(const float* x, int n, float scale, std::int8_t* q, cudaStream_t stream);
 void launch_fp8_from_float(const float* x, int n, std::uint8_t* code, cudaStream_t stream);
 void launch_fp8_to_float(const std::uint8_t* code, int n, float* x, cudaStream_t stream);

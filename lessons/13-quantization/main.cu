@@ -11,7 +11,8 @@
 //    convolution at 640 x 640, timed as
 //      INT8 implicit GEMM   this lesson's kernel, every tile, INT8 in and out with the fused
 //                           epilogue, exact and fast (int8_conv_gpu.hpp; the results checked
-//                           against conv_int8_reference first)
+//                           against conv_int8_reference first); on compute capability 9.0 the
+//                           1x1 layer also on the wgmma path (int8_wgmma.cuh), every tile
 //      FP16 implicit GEMM   lesson 12's kernels, every one the builder may choose for the layer
 //      cuBLASLt INT8 GEMM   the same GEMM shape (M = pixels, N = out_c, K = kernel^2 in_c) on
 //                           contiguous operands, int32 and int8 output: the library's time with
@@ -478,18 +479,28 @@ std::pair<double, double> time_layer(const lesson12::FusedOp& op, int batch, con
   std::printf("   %-52s %12s %13s %7s\n", "kernel", "GPU time", "", "vs FP16");
   std::vector<Row> int8_rows;
   const std::vector<Int8ConvTile>& tiles = int8_conv_tiles();
-  const int auto_tile = int8_conv_auto_tile(a, sm_count);
-  for (const Int8Epilogue e : {Int8Epilogue::exact, Int8Epilogue::fast}) {
-    for (int t = 0; t < static_cast<int>(tiles.size()); ++t) {
+  // The wgmma path where conv_int8_gpu can take it (a 1x1 layer on compute capability 9.0): its
+  // tiles too, and the automatic choice is one of them where int8_wgmma_pays.
+  const bool wgmma = int8_wgmma_eligible(a) && int8_wgmma_available();
+  const bool wgmma_chosen = wgmma && int8_wgmma_pays(a, sm_count);  // the "(automatic)" mark
+  const int auto_tile = wgmma_chosen ? -1 : int8_conv_auto_tile(a, sm_count);
+  const int auto_wgmma = wgmma_chosen ? int8_wgmma_auto_tile(a) : -1;
+  const auto time_tiles = [&](const std::vector<Int8ConvTile>& list, Int8ConvPath path,
+                              int automatic, Int8Epilogue e) {
+    for (int t = 0; t < static_cast<int>(list.size()); ++t) {
       const double ms =
           course::measure(
-              s, o.reps, [&] { conv_int8_gpu(a, s, t, nullptr, e); }, course::L2::warm, false)
+              s, o.reps, [&] { conv_int8_gpu(a, s, t, nullptr, e, path); }, course::L2::warm, false)
               .gpu_ms;
-      int8_rows.push_back({std::string("INT8 ") + tiles[t].name +
+      int8_rows.push_back({std::string("INT8 ") + list[t].name +
                                (e == Int8Epilogue::exact ? ", exact" : ", fast") +
-                               (t == auto_tile ? " (automatic)" : ""),
+                               (t == automatic ? " (automatic)" : ""),
                            ms * 1e3});
     }
+  };
+  for (const Int8Epilogue e : {Int8Epilogue::exact, Int8Epilogue::fast}) {
+    time_tiles(tiles, Int8ConvPath::mma_sync, auto_tile, e);
+    if (wgmma) time_tiles(int8_wgmma_tiles(), Int8ConvPath::wgmma, auto_wgmma, e);
   }
 
   // ---- FP8 E4M3 (compute capability 8.9+): the same layer with E4M3 codes (activations drawn

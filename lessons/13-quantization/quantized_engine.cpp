@@ -888,7 +888,8 @@ void QuantizedEngine::enqueue_steps(
         case StepKind::int8_conv: {
           Int8ConvArgs a = s.int8_conv;
           a.batch = batch;
-          conv_int8_gpu(a, stream, int8_conv_auto_tile(a, m.sm_count), nullptr, m.config.epilogue);
+          // The automatic path: on compute capability 9.0 a 1x1 layer takes the wgmma kernel.
+          conv_int8_gpu(a, stream, -1, nullptr, m.config.epilogue);
           break;
         }
         case StepKind::int8_image_conv: {

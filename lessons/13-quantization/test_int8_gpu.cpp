@@ -21,6 +21,10 @@
 // conversions run on the device against the host's; the first-layer kernel that quantises float
 // images itself (conv_int8_image_gpu), against the reference on the codes exercise 1's
 // quantize_int8 gives on the host (NaN, infinities, near-ties and saturation among the pixels).
+// The wgmma path ([wgmma]; CPU: its tiles, the
+// tile rule, what a forced path refuses; GPU, compute capability 9.0 only: the same oracle on
+// 1x1 layers, exact and fast, with K tails and a ring that wraps, every wgmma tile; and the same
+// bytes and fallback count as the mma.sync path, whose epilogue code it shares).
 #include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
 
@@ -284,9 +288,10 @@ GpuRun run_with(const Problem& p, const DeviceProblem& d, Int8ConvOutput t, Laun
 }
 
 GpuRun run_gpu(const Problem& p, const DeviceProblem& d, Int8ConvOutput t, int tile,
-               Int8Epilogue epilogue = Int8Epilogue::exact) {
+               Int8Epilogue epilogue = Int8Epilogue::exact,
+               Int8ConvPath path = Int8ConvPath::automatic) {
   return run_with(p, d, t, [&](const Int8ConvArgs& a, unsigned long long* counter) {
-    conv_int8_gpu(a, nullptr, tile, counter, epilogue);
+    conv_int8_gpu(a, nullptr, tile, counter, epilogue, path);
   });
 }
 
@@ -363,14 +368,81 @@ const char* type_name(Int8ConvOutput t) {
   return t == Int8ConvOutput::int8 ? "int8" : (t == Int8ConvOutput::f32 ? "f32" : "f16");
 }
 
-}  // namespace
+// Unit scales, zero bias, operands over the whole INT8 range (-128 included): the float output
+// is the int32 sum itself, which must be exact.
+Problem unit_scale_problem(const Shape& s, std::mt19937& rng) {
+  std::uniform_int_distribution<int> any(-128, 127);
+  Problem p = make_problem(s, 0, false, Int8ConvOutput::f32, 0, rng);
+  for (int px = 0; px < s.batch * s.in_h * s.in_w; ++px) {
+    for (int c = 0; c < s.in_c; ++c) {
+      p.x_buf[static_cast<std::size_t>(px) * p.x_stride + kXBefore + c] =
+          static_cast<std::int8_t>(any(rng));
+    }
+  }
+  for (std::int8_t& v : p.w) v = static_cast<std::int8_t>(any(rng));
+  p.x_scale = 1.0f;
+  std::fill(p.w_scale.begin(), p.w_scale.end(), 1.0f);
+  std::fill(p.bias.begin(), p.bias.end(), 0.0f);
+  return p;
+}
 
-// ------------------------------------------------------------------------------------ CPU
+// The extreme sums of a layer of K = 2304 (the largest of YOLOv8n) with unit scales: every input
+// 127, output channel 0's weights 127 (2304 * 16129 = 37,161,216 > 2^24, beyond float's exact
+// integers) and channel 1's -128 (every product -16256). The shape's output pixel 0 must see all
+// of its K inputs (no padding tap).
+Problem extreme_sum_problem(const Shape& s, std::mt19937& rng) {
+  Problem p = make_problem(s, 0, false, Int8ConvOutput::f32, 0, rng);
+  const int K = s.kernel * s.kernel * s.in_c;
+  REQUIRE(K == 2304);
+  for (int px = 0; px < s.batch * s.in_h * s.in_w; ++px) {
+    for (int c = 0; c < s.in_c; ++c) p.x_buf[px * p.x_stride + kXBefore + c] = 127;
+  }
+  std::fill(p.w.begin(), p.w.end(), std::int8_t{127});
+  for (int i = 0; i < K; ++i) p.w[K + i] = -128;
+  p.x_scale = 1.0f;
+  std::fill(p.w_scale.begin(), p.w_scale.end(), 1.0f);
+  std::fill(p.bias.begin(), p.bias.end(), 0.0f);
+  return p;
+}
 
-TEST_CASE("conv_int8_gpu: refuses what the tensor-core path cannot run, before any CUDA call",
-          "[int8gpu]") {
-  // Host addresses that look right (16-byte aligned): every check below fails before the
-  // launcher asks CUDA anything, so this runs without a GPU.
+// The layer cases of `shapes`: each shape three times (SiLU; no activation; SiLU and a
+// residual), the output view at channel `even_before` and at channel 3 in turn (the paired or
+// vector stores and the scalar ones), y_scale from the reference's float output. Calls
+// f(p, d, want_f32, what): the problem, its device copy, the reference's float output and a
+// description of the case.
+template <class F>
+void for_each_case(const std::vector<Shape>& shapes, int even_before, std::mt19937& rng, F&& f) {
+  int case_index = 0;
+  for (const Shape& s : shapes) {
+    for (int variant = 0; variant < 3; ++variant) {
+      const int act = variant == 1 ? 0 : 1;
+      const bool residual = variant == 2;
+      const int y_before = case_index++ % 2 == 0 ? even_before : 3;
+      Problem p = make_problem(s, act, residual, Int8ConvOutput::int8, y_before, rng);
+      set_y_scale(p);
+      const DeviceProblem d(p);
+      std::ostringstream what;
+      what << s.what << ", act " << act << ", residual " << residual << ", y at channel "
+           << y_before;
+      f(p, d, run_reference(p, Int8ConvOutput::f32), what.str());
+    }
+  }
+}
+
+// Runs extreme_sum_problem's layer through `run` (GPU run of a problem) and checks its sums.
+template <class Run>
+void check_extreme_sums(const Problem& p, Run run) {
+  const DeviceProblem d(p);
+  const GpuRun r = run(p, d);
+  CHECK(r.y == run_reference(p, Int8ConvOutput::f32));
+  CHECK(read_f32(r.y, 0) == static_cast<float>(2304LL * 16129));
+  CHECK(read_f32(r.y, 1) == static_cast<float>(-2304LL * 16256));
+}
+
+// A valid 3x3 stride-1 pad-1 layer (4x4 image, 32 -> 8 channels, SiLU, residual, INT8 output) on
+// host addresses that look right (16-byte aligned): every check the launcher makes before asking
+// CUDA anything passes, so a test can break one field and see the refusal without a GPU.
+Int8ConvArgs host_args() {
   alignas(16) static std::int8_t x[4096], w[4096], res[256], y[256];
   alignas(16) static float bias[64], w_scale[64];
   Int8ConvArgs good{};
@@ -396,6 +468,18 @@ TEST_CASE("conv_int8_gpu: refuses what the tensor-core path cannot run, before a
   good.res_scale = 0.01f;
   good.y_scale = 0.05f;
   good.y_type = Int8ConvOutput::int8;
+  return good;
+}
+
+}  // namespace
+
+// ------------------------------------------------------------------------------------ CPU
+
+TEST_CASE("conv_int8_gpu: refuses what the tensor-core path cannot run, before any CUDA call",
+          "[int8gpu]") {
+  // Host addresses that look right (16-byte aligned): every check below fails before the
+  // launcher asks CUDA anything, so this runs without a GPU.
+  const Int8ConvArgs good = host_args();
   CHECK_NOTHROW(check_int8_conv_gpu_args(good));
 
   auto bad = [&](auto edit, const char* message) {
@@ -408,8 +492,8 @@ TEST_CASE("conv_int8_gpu: refuses what the tensor-core path cannot run, before a
   bad([](Int8ConvArgs& a) { a.in_c = a.x_stride = 24; }, "in_c = 24 is not a multiple of 16");
   bad([](Int8ConvArgs& a) { a.in_c = a.x_stride = 3; }, "in_c = 3 is not a multiple of 16");
   bad([](Int8ConvArgs& a) { a.x_stride = 40; }, "x_stride = 40 is not a multiple of 16");
-  bad([](Int8ConvArgs& a) { a.x = x + 8; }, "x is not 16-byte aligned");
-  bad([](Int8ConvArgs& a) { a.w = w + 4; }, "w is not 16-byte aligned");
+  bad([](Int8ConvArgs& a) { a.x += 8; }, "x is not 16-byte aligned");
+  bad([](Int8ConvArgs& a) { a.w += 4; }, "w is not 16-byte aligned");
   bad([](Int8ConvArgs& a) { a.x_scale = 0.0f; }, "x_scale must be a positive normal float");
   bad([](Int8ConvArgs& a) { a.y_scale = 0.0f; }, "y_scale must be a positive normal float");
   bad([](Int8ConvArgs& a) { a.y_scale = std::numeric_limits<float>::quiet_NaN(); }, "y_scale");
@@ -434,8 +518,8 @@ TEST_CASE("conv_int8_gpu: refuses what the tensor-core path cannot run, before a
   Int8ConvArgs f = good;
   f.y_type = Int8ConvOutput::f32;
   f.y_scale = 0.0f;
-  f.y = y + 1;
-  f.res = res + 3;
+  f.y = static_cast<std::int8_t*>(f.y) + 1;
+  f.res += 3;
   CHECK_NOTHROW(check_int8_conv_gpu_args(f));
   // A tile index out of range.
   CHECK_THROWS_WITH(conv_int8_gpu(good, nullptr, 4), Contains("tile 4"));
@@ -481,41 +565,32 @@ TEST_CASE("conv_int8_gpu equals conv_int8_reference on YOLOv8n's layer shapes, e
   const std::vector<Int8ConvTile>& tiles = int8_conv_tiles();
   int explained = 0;
   unsigned long long fallbacks = 0, int8_elements = 0;
-  int case_index = 0;
-  for (const Shape& s : kShapes) {
-    for (int variant = 0; variant < 3; ++variant) {
-      // act and residual vary with the case; every output type on every shape; the output view
-      // at an odd channel offset (the scalar store path) or an even one (pairs).
-      const int act = variant == 1 ? 0 : 1;
-      const bool residual = variant == 2;
-      const int y_before = case_index++ % 2 == 0 ? 2 : 3;
-      Problem p = make_problem(s, act, residual, Int8ConvOutput::int8, y_before, rng);
-      set_y_scale(p);
-      const DeviceProblem d(p);
-      const std::vector<unsigned char> want_f32 = run_reference(p, Int8ConvOutput::f32);
-      for (Int8ConvOutput t : {Int8ConvOutput::int8, Int8ConvOutput::f32, Int8ConvOutput::f16}) {
-        const std::vector<unsigned char> want = run_reference(p, t);
-        for (int tile = 0; tile < static_cast<int>(tiles.size()); ++tile) {
-          std::ostringstream what;
-          what << s.what << ", act " << act << ", residual " << residual << ", y at channel "
-               << y_before << ", " << type_name(t) << " output, tile " << tiles[tile].name;
-          INFO(what.str());
-          const GpuRun r = run_gpu(p, d, t, tile);
-          explained += compare(p, t, r.y, want, want_f32, what.str());
-          if (t == Int8ConvOutput::int8) {
-            fallbacks += r.fallbacks;
-            int8_elements += static_cast<unsigned long long>(p.out_pixels()) * s.out_c;
-          } else {
-            CHECK(r.fallbacks == 0);  // float outputs take the double path, not the fallback
+  // Every output type on every shape and tile.
+  for_each_case(
+      kShapes, 2, rng,
+      [&](const Problem& p, const DeviceProblem& d, const std::vector<unsigned char>& want_f32,
+          const std::string& case_what) {
+        for (Int8ConvOutput t : {Int8ConvOutput::int8, Int8ConvOutput::f32, Int8ConvOutput::f16}) {
+          const std::vector<unsigned char> want = run_reference(p, t);
+          for (int tile = 0; tile < static_cast<int>(tiles.size()); ++tile) {
+            const std::string what =
+                case_what + ", " + type_name(t) + " output, tile " + tiles[tile].name;
+            INFO(what);
+            const GpuRun r = run_gpu(p, d, t, tile);
+            explained += compare(p, t, r.y, want, want_f32, what);
+            if (t == Int8ConvOutput::int8) {
+              fallbacks += r.fallbacks;
+              int8_elements += static_cast<unsigned long long>(p.out_pixels()) * p.s.out_c;
+            } else {
+              CHECK(r.fallbacks == 0);  // float outputs take the double path, not the fallback
+            }
           }
         }
-      }
-      // The automatic tile too.
-      const GpuRun r = run_gpu(p, d, Int8ConvOutput::int8, -1);
-      explained += compare(p, Int8ConvOutput::int8, r.y, run_reference(p, Int8ConvOutput::int8),
-                           want_f32, std::string(s.what) + ", automatic tile");
-    }
-  }
+        // The automatic tile too.
+        const GpuRun r = run_gpu(p, d, Int8ConvOutput::int8, -1);
+        explained += compare(p, Int8ConvOutput::int8, r.y, run_reference(p, Int8ConvOutput::int8),
+                             want_f32, case_what + ", automatic tile");
+      });
   INFO(explained << " elements differ by the documented exp last-bit effect; " << fallbacks
                  << " of " << int8_elements << " INT8 outputs took the double fallback");
   CHECK(explained <= 2);
@@ -566,29 +641,19 @@ TEST_CASE("conv_int8_gpu, fast epilogue: one code off at most, and only at a rou
   std::mt19937 rng(1307);
   const std::vector<Int8ConvTile>& tiles = int8_conv_tiles();
   unsigned long long differ = 0, elements = 0;
-  int case_index = 0;
-  for (const Shape& s : kShapes) {
-    for (int variant = 0; variant < 3; ++variant) {
-      const int act = variant == 1 ? 0 : 1;
-      const bool residual = variant == 2;
-      const int y_before = case_index++ % 2 == 0 ? 4 : 3;  // vector and scalar stores
-      Problem p = make_problem(s, act, residual, Int8ConvOutput::int8, y_before, rng);
-      set_y_scale(p);
-      const DeviceProblem d(p);
-      const std::vector<unsigned char> want_f32 = run_reference(p, Int8ConvOutput::f32);
-      const std::vector<unsigned char> want = run_reference(p, Int8ConvOutput::int8);
-      for (int tile = 0; tile < static_cast<int>(tiles.size()); ++tile) {
-        std::ostringstream what;
-        what << s.what << ", act " << act << ", residual " << residual << ", tile "
-             << tiles[tile].name;
-        INFO(what.str());
-        const GpuRun r = run_gpu(p, d, Int8ConvOutput::int8, tile, Int8Epilogue::fast);
-        CHECK(r.fallbacks == 0);  // the fast epilogue counts nothing
-        differ += compare_fast(p, r.y, want, want_f32, what.str());
-        elements += static_cast<unsigned long long>(p.out_pixels()) * s.out_c;
-      }
-    }
-  }
+  for_each_case(kShapes, 4, rng,
+                [&](const Problem& p, const DeviceProblem& d,
+                    const std::vector<unsigned char>& want_f32, const std::string& case_what) {
+                  const std::vector<unsigned char> want = run_reference(p, Int8ConvOutput::int8);
+                  for (int tile = 0; tile < static_cast<int>(tiles.size()); ++tile) {
+                    const std::string what = case_what + ", tile " + tiles[tile].name;
+                    INFO(what);
+                    const GpuRun r = run_gpu(p, d, Int8ConvOutput::int8, tile, Int8Epilogue::fast);
+                    CHECK(r.fallbacks == 0);  // the fast epilogue counts nothing
+                    differ += compare_fast(p, r.y, want, want_f32, what);
+                    elements += static_cast<unsigned long long>(p.out_pixels()) * p.s.out_c;
+                  }
+                });
   INFO(differ << " of " << elements << " outputs one code away from the reference");
   CHECK(differ * 1000 < elements);  // rare: the boundary band is narrow
 }
@@ -597,19 +662,8 @@ TEST_CASE("conv_int8_gpu: exact int32 sums with unit scales, -128 included, K up
           "[gpu][int8gpu]") {
   if (!int8_tensor_cores()) return;
   std::mt19937 rng(1302);
-  std::uniform_int_distribution<int> any(-128, 127);
   for (const Shape& s : kShapes) {
-    Problem p = make_problem(s, 0, false, Int8ConvOutput::f32, 0, rng);
-    for (int px = 0; px < s.batch * s.in_h * s.in_w; ++px) {
-      for (int c = 0; c < s.in_c; ++c) {
-        p.x_buf[static_cast<std::size_t>(px) * p.x_stride + kXBefore + c] =
-            static_cast<std::int8_t>(any(rng));
-      }
-    }
-    for (std::int8_t& v : p.w) v = static_cast<std::int8_t>(any(rng));
-    p.x_scale = 1.0f;
-    std::fill(p.w_scale.begin(), p.w_scale.end(), 1.0f);
-    std::fill(p.bias.begin(), p.bias.end(), 0.0f);
+    const Problem p = unit_scale_problem(s, rng);
     const DeviceProblem d(p);
     const std::vector<unsigned char> want = run_reference(p, Int8ConvOutput::f32);
     for (int tile = 0; tile < static_cast<int>(int8_conv_tiles().size()); ++tile) {
@@ -617,22 +671,10 @@ TEST_CASE("conv_int8_gpu: exact int32 sums with unit scales, -128 included, K up
       CHECK(run_gpu(p, d, Int8ConvOutput::f32, tile).y == want);
     }
   }
-  // The extreme sum: K = 2304 products of 127 * 127 (37,161,216 > 2^24) and -128 * 127.
-  Problem big = make_problem({"3x3 256->32 saturated", 1, 3, 3, 256, 32, 3, 1, 0}, 0, false,
-                             Int8ConvOutput::f32, 0, rng);
-  for (int px = 0; px < 9; ++px) {
-    for (int c = 0; c < 256; ++c) big.x_buf[px * big.x_stride + kXBefore + c] = 127;
-  }
-  std::fill(big.w.begin(), big.w.end(), std::int8_t{127});
-  for (int i = 0; i < 2304; ++i) big.w[2304 + i] = -128;  // channel 1: every product -16256
-  big.x_scale = 1.0f;
-  std::fill(big.w_scale.begin(), big.w_scale.end(), 1.0f);
-  std::fill(big.bias.begin(), big.bias.end(), 0.0f);
-  const DeviceProblem d(big);
-  const GpuRun r = run_gpu(big, d, Int8ConvOutput::f32, -1);
-  CHECK(r.y == run_reference(big, Int8ConvOutput::f32));
-  CHECK(read_f32(r.y, 0) == static_cast<float>(2304LL * 16129));
-  CHECK(read_f32(r.y, 1) == static_cast<float>(-2304LL * 16256));
+  check_extreme_sums(extreme_sum_problem({"3x3 256->32 saturated", 1, 3, 3, 256, 32, 3, 1, 0}, rng),
+                     [](const Problem& p, const DeviceProblem& d) {
+                       return run_gpu(p, d, Int8ConvOutput::f32, -1);
+                     });
 }
 
 TEST_CASE("conv_int8_gpu: exact ties go to the double path and round half to even",
@@ -1104,4 +1146,205 @@ TEST_CASE("conv_int8_image_gpu on a small first layer (the sanitizers' run); bat
   a.images = host_images.data();
   CHECK_THROWS_WITH(conv_int8_image_gpu(a, nullptr),
                     Contains("images is not memory the GPU can access"));
+}
+
+// ------------------------------------------------------------------------ the wgmma path
+
+namespace {
+
+// The wgmma path runs on compute capability 9.0 only, and only in a build for 90 (sm_90a): its
+// GPU tests skip elsewhere, with a warning.
+bool wgmma_runs_here() {
+  if (int8_wgmma_available()) return true;
+  WARN("the wgmma path needs compute capability 9.0 and a build for 90 (sm_90a): skipped");
+  return false;
+}
+
+// YOLOv8n's 1x1 layers (and the edges of the wgmma kernel): K tails inside one 128-byte K tile
+// (in_c 16, 48), two K tiles (144: the second one partial), more K tiles than the ring's 4 stages
+// (640: it wraps once; 1040: twice, the last tile partial); out_c tails (6, 40, 72) and more
+// channels than one 256-wide tile (300); M tails (35, 442 pixels), batch 2.
+const std::vector<Shape> kWgmmaShapes = {
+    {"model.2.cv1: 1x1 32->32, 12x20", 1, 12, 20, 32, 32, 1, 1, 0},
+    {"model.2.cv2: 1x1 48->32 (a concatenation), odd image, batch 2", 2, 13, 17, 48, 32, 1, 1, 0},
+    {"model.22.cv3.0.2: 1x1 64->6 (class logits), out_c tail", 1, 5, 7, 64, 6, 1, 1, 0},
+    {"model.9.cv1: 1x1 256->128", 1, 5, 5, 256, 128, 1, 1, 0},
+    {"1x1 16->72, out_c tail", 1, 9, 11, 16, 72, 1, 1, 0},
+    {"1x1 144->40: two K tiles, the second partial", 1, 6, 7, 144, 40, 1, 1, 0},
+    {"1x1 640->256: five K tiles, the ring wraps", 1, 4, 9, 640, 256, 1, 1, 0},
+    {"1x1 1040->300: nine K tiles, two tile columns of 256", 1, 3, 5, 1040, 300, 1, 1, 0},
+};
+
+}  // namespace
+
+TEST_CASE("the wgmma path: which layers, which tiles, and what it refuses without a GPU",
+          "[int8gpu][wgmma]") {
+  const std::vector<Int8ConvTile>& tiles = int8_wgmma_tiles();
+  REQUIRE(tiles.size() == 3);
+  const int widths[3] = {256, 128, 64};
+  for (int i = 0; i < 3; ++i) {
+    const Int8ConvTile& t = tiles[i];
+    CHECK(std::string(t.name) == "wgmma 128x" + std::to_string(widths[i]));
+    CHECK(t.tile_m == 128);
+    CHECK(t.tile_n == widths[i]);
+    CHECK(t.threads == 384);
+    // 1024 bytes of alignment slack, the larger of the 4-stage ring (128 + tile_n rows of 128
+    // bytes each) and the staged int32 tile, 3 floats per channel, 8 mbarriers.
+    CHECK(t.smem_bytes == 1024 + std::max(4 * (128 + t.tile_n) * 128, 128 * (t.tile_n + 8) * 4) +
+                              3 * t.tile_n * 4 + 64);
+    CHECK(t.smem_bytes <= 227 * 1024);
+  }
+  Int8ConvArgs a{};
+  a.kernel = 1;
+  a.stride = 1;
+  CHECK(int8_wgmma_eligible(a));
+  a.stride = 2;
+  CHECK_FALSE(int8_wgmma_eligible(a));
+  a.stride = 1;
+  a.kernel = 3;
+  a.pad = 1;
+  CHECK_FALSE(int8_wgmma_eligible(a));
+  // The tile rule: 128x64 for every layer.
+  a.batch = 1;
+  a.out_h = a.out_w = 80;  // 6400 pixels: 50 tile rows
+  for (const int out_c : {6, 72, 128, 256, 300}) {
+    a.out_c = out_c;
+    CHECK(std::string(int8_wgmma_tiles()[int8_wgmma_auto_tile(a)].name) == "wgmma 128x64");
+  }
+  // When the automatic path takes it: a whole 128-byte K tile and a full wave of 128-row tiles.
+  a.in_c = 128;
+  CHECK(int8_wgmma_pays(a, 50));        // 6400 pixels >= 128 x 50
+  CHECK_FALSE(int8_wgmma_pays(a, 51));  // 6528 needed
+  a.in_c = 112;
+  CHECK_FALSE(int8_wgmma_pays(a, 8));
+  CHECK_THROWS_AS(int8_wgmma_pays(a, 0), std::invalid_argument);
+
+  // Forcing the path on a layer it does not compute, or with a tile it does not have, fails
+  // before any CUDA call (host addresses that look right stand in for device memory).
+  Int8ConvArgs good = host_args();
+  good.kernel = 1;
+  good.pad = 0;
+  CHECK_THROWS_WITH(
+      conv_int8_gpu(good, nullptr, 3, nullptr, Int8Epilogue::exact, Int8ConvPath::wgmma),
+      Contains("tile 3 is neither -1 (automatic) nor an index of int8_wgmma_tiles()"));
+  CHECK_THROWS_WITH(
+      conv_int8_gpu(host_args(), nullptr, -1, nullptr, Int8Epilogue::exact, Int8ConvPath::wgmma),
+      Contains("1x1 convolutions with stride 1 and pad 0 only"));
+  // The mma.sync path keeps its own tile list.
+  CHECK_THROWS_WITH(
+      conv_int8_gpu(good, nullptr, 4, nullptr, Int8Epilogue::exact, Int8ConvPath::mma_sync),
+      Contains("int8_conv_tiles()"));
+}
+
+TEST_CASE("the wgmma path equals conv_int8_reference on YOLOv8n's 1x1 shapes, every wgmma tile",
+          "[gpu][int8gpu][wgmma]") {
+  if (!wgmma_runs_here()) return;
+  std::mt19937 rng(1321);
+  const std::vector<Int8ConvTile>& tiles = int8_wgmma_tiles();
+  int explained = 0;
+  unsigned long long fallbacks = 0, int8_elements = 0, fast_differ = 0;
+  for_each_case(
+      kWgmmaShapes, 4, rng,
+      [&](const Problem& p, const DeviceProblem& d, const std::vector<unsigned char>& want_f32,
+          const std::string& case_what) {
+        for (Int8ConvOutput t : {Int8ConvOutput::int8, Int8ConvOutput::f32, Int8ConvOutput::f16}) {
+          const std::vector<unsigned char> want = run_reference(p, t);
+          // The same int32 sums through the same epilogue code: the mma.sync path's bytes and
+          // fallback count, exactly (the exp exception included: both run the device's exp).
+          const GpuRun mma = run_gpu(p, d, t, -1, Int8Epilogue::exact, Int8ConvPath::mma_sync);
+          const GpuRun mma_fast = run_gpu(p, d, t, -1, Int8Epilogue::fast, Int8ConvPath::mma_sync);
+          for (int tile = -1; tile < static_cast<int>(tiles.size()); ++tile) {
+            const std::string what = case_what + ", " + type_name(t) + " output, " +
+                                     (tile < 0 ? "automatic wgmma tile" : tiles[tile].name);
+            INFO(what);
+            const GpuRun r = run_gpu(p, d, t, tile, Int8Epilogue::exact, Int8ConvPath::wgmma);
+            explained += compare(p, t, r.y, want, want_f32, what);
+            CHECK(r.y == mma.y);
+            CHECK(r.fallbacks == mma.fallbacks);
+            if (t != Int8ConvOutput::int8) {
+              CHECK(r.fallbacks == 0);
+              continue;
+            }
+            fallbacks += r.fallbacks;
+            int8_elements += static_cast<unsigned long long>(p.out_pixels()) * p.s.out_c;
+            const GpuRun f = run_gpu(p, d, t, tile, Int8Epilogue::fast, Int8ConvPath::wgmma);
+            CHECK(f.fallbacks == 0);
+            fast_differ += compare_fast(p, f.y, want, want_f32, what + ", fast");
+            CHECK(f.y == mma_fast.y);
+          }
+        }
+        // The default call (tile -1, the automatic path: wgmma where int8_wgmma_pays, mma.sync
+        // on these small shapes otherwise): the same bits either way.
+        const GpuRun r = run_gpu(p, d, Int8ConvOutput::int8, -1);
+        explained += compare(p, Int8ConvOutput::int8, r.y, run_reference(p, Int8ConvOutput::int8),
+                             want_f32, case_what + ", automatic path");
+      });
+  INFO(explained << " elements differ by the documented exp last-bit effect; " << fallbacks
+                 << " of " << int8_elements << " INT8 outputs took the double fallback; "
+                 << fast_differ << " fast outputs one code away");
+  CHECK(explained <= 2);
+  CHECK(fallbacks * 100 < int8_elements);
+  CHECK(fast_differ * 1000 < int8_elements);
+}
+
+TEST_CASE("the wgmma path: exact int32 sums with unit scales, -128 included, K up to 2304",
+          "[gpu][int8gpu][wgmma]") {
+  if (!wgmma_runs_here()) return;
+  std::mt19937 rng(1322);
+  std::vector<Shape> shapes = kWgmmaShapes;
+  shapes.push_back({"1x1 2304->32: eighteen K tiles", 1, 3, 3, 2304, 32, 1, 1, 0});
+  for (const Shape& s : shapes) {
+    const Problem p = unit_scale_problem(s, rng);
+    const DeviceProblem d(p);
+    const std::vector<unsigned char> want = run_reference(p, Int8ConvOutput::f32);
+    for (int tile = 0; tile < static_cast<int>(int8_wgmma_tiles().size()); ++tile) {
+      INFO(s.what << ", " << int8_wgmma_tiles()[tile].name);
+      CHECK(run_gpu(p, d, Int8ConvOutput::f32, tile, Int8Epilogue::exact, Int8ConvPath::wgmma).y ==
+            want);
+    }
+  }
+  check_extreme_sums(
+      extreme_sum_problem({"1x1 2304->32 saturated", 1, 2, 2, 2304, 32, 1, 1, 0}, rng),
+      [](const Problem& p, const DeviceProblem& d) {
+        return run_gpu(p, d, Int8ConvOutput::f32, -1, Int8Epilogue::exact, Int8ConvPath::wgmma);
+      });
+}
+
+TEST_CASE("the wgmma path on small shapes, every tile (the sanitizers' run)",
+          "[gpu][int8gpu][wgmma][small]") {
+  if (!wgmma_runs_here()) return;
+  // Few launches, every code path: an M and out_c tail in one K tile, a residual at an odd
+  // offset (scalar stores); a ring that wraps (5 K tiles, 4 stages) with SiLU at an even offset.
+  const std::vector<Shape> small = {
+      {"1x1 48->40 + residual, 3x5", 1, 3, 5, 48, 40, 1, 1, 0},
+      {"1x1 640->24, 2x3, batch 2: the ring wraps", 2, 2, 3, 640, 24, 1, 1, 0},
+  };
+  std::mt19937 rng(1323);
+  int explained = 0, index = 0;
+  for (const Shape& s : small) {
+    const bool residual = index == 0;
+    const int y_before = index == 0 ? 3 : 4;
+    ++index;
+    Problem p = make_problem(s, 1, residual, Int8ConvOutput::int8, y_before, rng);
+    set_y_scale(p);
+    const DeviceProblem d(p);
+    const std::vector<unsigned char> want_f32 = run_reference(p, Int8ConvOutput::f32);
+    for (Int8ConvOutput t : {Int8ConvOutput::int8, Int8ConvOutput::f32, Int8ConvOutput::f16}) {
+      const std::vector<unsigned char> want = run_reference(p, t);
+      for (int tile = 0; tile < static_cast<int>(int8_wgmma_tiles().size()); ++tile) {
+        if (t != Int8ConvOutput::int8 && tile != 2) continue;  // float outputs: one tile
+        const std::string what =
+            std::string(s.what) + ", " + type_name(t) + ", " + int8_wgmma_tiles()[tile].name;
+        INFO(what);
+        explained +=
+            compare(p, t, run_gpu(p, d, t, tile, Int8Epilogue::exact, Int8ConvPath::wgmma).y, want,
+                    want_f32, what);
+        if (t == Int8ConvOutput::int8) {
+          compare_fast(p, run_gpu(p, d, t, tile, Int8Epilogue::fast, Int8ConvPath::wgmma).y, want,
+                       want_f32, what);
+        }
+      }
+    }
+  }
+  CHECK(explained <= 2);
 }
